@@ -1,0 +1,14 @@
+"""ppokit: PaddleNLP-config-compatible PPO/GRPO for language models on PyTorch."""
+
+__version__ = "0.1.0"
+
+__all__ = ["Session", "__version__"]
+
+
+def __getattr__(name):
+    # Session pulls in torch/transformers; import it only when asked for.
+    if name == "Session":
+        from ppokit.session import Session
+
+        return Session
+    raise AttributeError(f"module 'ppokit' has no attribute {name!r}")
