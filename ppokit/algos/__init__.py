@@ -1,0 +1,59 @@
+"""Pure tensor math of PPO/GRPO: advantages, policy and value losses, KL, loss reduction, log-probs.
+
+Only torch is imported here: no config objects, no model, no I/O. Shapes: B sequences, T
+response positions, V vocabulary; ``mask`` (B, T) marks valid response tokens. The registries
+map config names to functions so the trainer selects them by name.
+"""
+
+from . import advantages, kl, logprobs, masked, policy_loss, reduce, value_loss
+from .advantages import ADVANTAGE_ESTIMATORS, NEEDS_GROUPS, NEEDS_VALUES, compute_advantages
+from .kl import (
+    KL_ALIASES,
+    KL_CONTROLLERS,
+    KL_ESTIMATORS,
+    AdaptiveKL,
+    FixedKL,
+    apply_kl_penalty,
+    canonical_kl_name,
+    kl_penalty,
+    make_kl_controller,
+)
+from .logprobs import entropy_from_logits, token_logprobs
+from .masked import masked_mean, masked_sum, masked_var, masked_whiten
+from .policy_loss import POLICY_LOSSES
+from .reduce import REDUCTIONS, global_denominators, reduce_loss
+from .value_loss import VALUE_LOSSES
+
+__all__ = [
+    "advantages",
+    "kl",
+    "logprobs",
+    "masked",
+    "policy_loss",
+    "reduce",
+    "value_loss",
+    "ADVANTAGE_ESTIMATORS",
+    "NEEDS_GROUPS",
+    "NEEDS_VALUES",
+    "POLICY_LOSSES",
+    "VALUE_LOSSES",
+    "KL_ESTIMATORS",
+    "KL_ALIASES",
+    "KL_CONTROLLERS",
+    "REDUCTIONS",
+    "compute_advantages",
+    "kl_penalty",
+    "apply_kl_penalty",
+    "canonical_kl_name",
+    "FixedKL",
+    "AdaptiveKL",
+    "make_kl_controller",
+    "reduce_loss",
+    "global_denominators",
+    "token_logprobs",
+    "entropy_from_logits",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+]

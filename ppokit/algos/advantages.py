@@ -1,0 +1,275 @@
+"""Advantage estimators: GRPO / Dr.GRPO, RLOO, REINFORCE++ (+ group baseline) and GAE.
+
+Notation: B sequences (responses), T response positions, ``mask`` (B, T) marks valid tokens.
+``scores`` (B,) are sequence-level rewards; ``token_rewards`` (B, T) are per-token rewards
+(outcome score on the last valid token, plus any per-token KL penalty).
+``group_ids`` (B,) integers say which prompt each response answers: responses with the same id
+form a group. Groups may appear in any order and need not be contiguous.
+
+All estimators return ``(advantages, returns)``, both (B, T), exactly 0 on masked tokens, and
+carry no gradient (they run under ``torch.no_grad``).
+
+``ADVANTAGE_ESTIMATORS`` maps the config name to a uniform entry point
+``fn(token_rewards, mask, *, group_ids=None, values=None, gamma=1.0, lam=1.0, norm_by_std=True,
+eps=1e-6)``; outcome estimators (grpo, drgrpo, rloo) take the score of sequence i as
+sum_t token_rewards[i, t] m[i, t]. ``compute_advantages(name, ...)`` calls it by name.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .masked import as_float_mask, masked_mean, masked_sum, masked_var, masked_whiten
+
+__all__ = [
+    "grpo",
+    "rloo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "gae",
+    "compute_advantages",
+    "ADVANTAGE_ESTIMATORS",
+    "NEEDS_GROUPS",
+    "NEEDS_VALUES",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+]
+
+
+def _float_scores(scores: torch.Tensor) -> torch.Tensor:
+    """Scores as a floating (B,) tensor (float32 unless already floating); raise on NaN/inf.
+
+    scores: (B,) -> (B,).
+    """
+    if scores.dim() != 1:
+        raise ValueError(f"scores must have shape (B,), got {tuple(scores.shape)}")
+    s = scores if scores.is_floating_point() else scores.float()
+    if not bool(torch.isfinite(s).all()):
+        raise ValueError("scores contain NaN or inf; refusing to compute advantages from them")
+    return s
+
+
+def _group_stats(scores: torch.Tensor, group_ids: torch.Tensor):
+    """Per-group count, mean and "all scores equal" flag, vectorised with index_add/scatter_reduce.
+
+    scores: (B,) float, group_ids: (B,) int ->
+    inv (B,) long group index of each row, counts (G,) float, mean (G,), constant (G,) bool.
+    """
+    if group_ids.shape != scores.shape:
+        raise ValueError(f"group_ids shape {tuple(group_ids.shape)} != scores shape {tuple(scores.shape)}")
+    _, inv, counts = torch.unique(group_ids.to(scores.device), return_inverse=True, return_counts=True)
+    g = counts.numel()
+    counts = counts.to(scores.dtype)
+    mean = scores.new_zeros(g).index_add_(0, inv, scores) / counts
+    gmax = scores.new_zeros(g).scatter_reduce_(0, inv, scores, "amax", include_self=False)
+    gmin = scores.new_zeros(g).scatter_reduce_(0, inv, scores, "amin", include_self=False)
+    return inv, counts, mean, gmax == gmin
+
+
+def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Spread a per-sequence value over the valid tokens of its row.
+
+    per_seq: (B,), mask: (B, T) -> (B, T), 0 on masked tokens.
+    """
+    m = as_float_mask(mask, per_seq)
+    return per_seq[:, None] * m
+
+
+@torch.no_grad()
+def grpo(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    mask: torch.Tensor,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO group-relative advantage (Dr.GRPO with ``norm_by_std=False``).
+
+    scores: (B,), group_ids: (B,) int, mask: (B, T) -> (advantages, returns), both (B, T).
+    A_i = (s_i - mu_g) / (sigma_g + eps) with mu_g the group mean and sigma_g the unbiased
+    (n - 1) group std; A_i = s_i - mu_g without std. A group of one, or a group whose scores
+    are all equal, gets exactly 0. A_i is broadcast over the valid tokens of row i.
+    ``returns`` equals ``advantages`` (as in verl: there is no critic to regress).
+    """
+    s = _float_scores(scores)
+    inv, counts, mean, constant = _group_stats(s, group_ids)
+    centred = s - mean[inv]
+    if norm_by_std:
+        sq = s.new_zeros(counts.numel()).index_add_(0, inv, centred**2)
+        std = (sq / (counts - 1).clamp_min(1.0)).sqrt()
+        adv = centred / (std[inv] + eps)
+    else:
+        adv = centred
+    adv = torch.where(constant[inv], torch.zeros_like(adv), adv)
+    out = _broadcast(adv, mask)
+    return out, out.clone()
+
+
+@torch.no_grad()
+def rloo(
+    scores: torch.Tensor, group_ids: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE leave-one-out advantage.
+
+    scores: (B,), group_ids: (B,) int, mask: (B, T) -> (advantages, returns), both (B, T).
+    A_i = s_i - (sum_g - s_i) / (n_g - 1), i.e. minus the mean of the other n_g - 1 responses.
+    A group of one (no other response) or of all-equal scores gets exactly 0.
+    ``returns`` equals ``advantages``.
+    """
+    s = _float_scores(scores)
+    inv, counts, mean, constant = _group_stats(s, group_ids)
+    n = counts[inv]
+    others = (mean[inv] * n - s) / (n - 1).clamp_min(1.0)
+    adv = torch.where(constant[inv] | (n < 2), torch.zeros_like(s), s - others)
+    out = _broadcast(adv, mask)
+    return out, out.clone()
+
+
+def _discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Backward discounted return that restarts after every masked token.
+
+    token_rewards: (B, T), mask: (B, T) -> G (B, T), 0 on masked tokens.
+    For t = T-1 .. 0: R <- r_t + gamma R; G_t = R; R <- R m_t.
+    """
+    m = as_float_mask(mask, token_rewards)
+    running = token_rewards.new_zeros(token_rewards.shape[0])
+    out = torch.zeros_like(token_rewards)
+    for t in reversed(range(token_rewards.shape[1])):
+        running = token_rewards[:, t] + gamma * running
+        out[:, t] = running
+        running = running * m[:, t]
+    return out * m
+
+
+@torch.no_grad()
+def reinforce_pp(
+    token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted token returns, whitened over the whole batch.
+
+    token_rewards: (B, T), mask: (B, T) -> (advantages, returns), both (B, T).
+    Backward over t: R <- r_t + gamma R; G_t = R; R <- R m_t (so the return restarts after a
+    masked token: rewards after a masked gap do not reach tokens before it).
+    returns = G on valid tokens; advantages = whiten(G) with the mean and unbiased variance of
+    all valid tokens of the batch. Rewards sitting on masked tokens never reach valid ones.
+    """
+    g = _discounted_returns(token_rewards, mask, gamma)
+    return masked_whiten(g, mask), g
+
+
+def _last_valid_onehot(mask: torch.Tensor) -> torch.Tensor:
+    """One-hot of each row's last valid token (all zeros for a row without valid tokens).
+
+    mask: (B, T) -> (B, T) bool.
+    """
+    m = mask.long()
+    return (m.cumsum(-1) == m.sum(-1, keepdim=True)) & m.bool()
+
+
+@torch.no_grad()
+def reinforce_pp_baseline(
+    token_rewards: torch.Tensor, group_ids: torch.Tensor, mask: torch.Tensor, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a group-mean baseline (verl's ``reinforce_plus_plus_baseline``).
+
+    token_rewards: (B, T), group_ids: (B,) int, mask: (B, T) -> (advantages, returns), (B, T).
+    1. s_i = sum_t r_it m_it (sequence score); mu_g = mean of s over the group of i
+       (including i itself, so a group of one is centred to 0).
+    2. r'_it = r_it m_it - mu_g [t = last valid token of i]: the baseline is subtracted where
+       the outcome reward sits; per-token rewards (e.g. KL penalties) keep their places.
+    3. returns/advantages = ``reinforce_pp(r', mask, gamma)`` (discounted returns, whitened).
+    With outcome-only rewards this is exactly "score minus group mean on the last valid token,
+    then discounted returns, then whitened"; with gamma = 1 every valid token (before any
+    masked gap) gets s_i - mu_g before whitening, as in verl.
+    """
+    m = as_float_mask(mask, token_rewards)
+    scores = _float_scores(masked_sum(token_rewards, m, dim=-1))
+    inv, _, mean, _ = _group_stats(scores, group_ids)
+    last = _last_valid_onehot(mask).to(token_rewards.dtype)
+    shaped = torch.where(m.bool(), token_rewards, torch.zeros_like(token_rewards))
+    shaped = shaped - last * mean[inv][:, None]
+    return reinforce_pp(shaped, mask, gamma)
+
+
+@torch.no_grad()
+def gae(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over valid tokens only.
+
+    token_rewards: (B, T), values: (B, T), mask: (B, T) -> (advantages, returns), both (B, T).
+    Walking back over valid tokens (masked tokens are skipped: V_next and A_next carry over
+    them, and their rewards/values are ignored; after the last valid token V_next = A_next = 0):
+      delta_t = r_t + gamma V_next - V_t;  A_t = delta_t + gamma lam A_next.
+    returns = A + V (before whitening); advantages = whiten(A) over all valid tokens.
+    A sequence with masked tokens in the middle gives the same result as the same sequence
+    with those tokens removed.
+    """
+    m = as_float_mask(mask, token_rewards)
+    valid = m.bool()
+    r = torch.where(valid, token_rewards, torch.zeros_like(token_rewards))
+    v = torch.where(valid, values.to(r.dtype), torch.zeros_like(r))
+    next_v = r.new_zeros(r.shape[0])
+    next_a = r.new_zeros(r.shape[0])
+    adv = torch.zeros_like(r)
+    for t in reversed(range(r.shape[1])):
+        a = r[:, t] + gamma * next_v - v[:, t] + gamma * lam * next_a
+        ok = valid[:, t]
+        adv[:, t] = torch.where(ok, a, torch.zeros_like(a))
+        next_v = torch.where(ok, v[:, t], next_v)
+        next_a = torch.where(ok, a, next_a)
+    returns = (adv + v) * m
+    return masked_whiten(adv, m), returns
+
+
+def _need(name: str, what: str, value):
+    """Raise a clear error when an estimator's required input is missing; return it otherwise."""
+    if value is None:
+        raise ValueError(f"advantage estimator {name!r} needs {what}")
+    return value
+
+
+def _entry(name: str):
+    """Build the uniform registry entry for estimator ``name`` (see module docstring)."""
+
+    def run(token_rewards, mask, *, group_ids=None, values=None, gamma=1.0, lam=1.0, norm_by_std=True, eps=1e-6):
+        """token_rewards: (B, T), mask: (B, T) [, group_ids (B,), values (B, T)] -> (adv, ret) (B, T)."""
+        if name in ("grpo", "drgrpo", "rloo"):
+            ids = _need(name, "group_ids", group_ids)
+            scores = masked_sum(token_rewards, mask, dim=-1)
+            if name == "rloo":
+                return rloo(scores, ids, mask)
+            return grpo(scores, ids, mask, norm_by_std=norm_by_std and name == "grpo", eps=eps)
+        if name == "reinforce_plus_plus":
+            return reinforce_pp(token_rewards, mask, gamma)
+        if name == "reinforce_plus_plus_baseline":
+            return reinforce_pp_baseline(token_rewards, _need(name, "group_ids", group_ids), mask, gamma)
+        return gae(token_rewards, _need(name, "values (a critic)", values), mask, gamma, lam)
+
+    run.__name__ = f"advantages_{name}"
+    return run
+
+
+ADVANTAGE_ESTIMATORS = {
+    name: _entry(name)
+    for name in ("grpo", "drgrpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae")
+}
+NEEDS_GROUPS = frozenset({"grpo", "drgrpo", "rloo", "reinforce_plus_plus_baseline"})
+NEEDS_VALUES = frozenset({"gae"})
+
+
+def compute_advantages(estimator: str, token_rewards: torch.Tensor, mask: torch.Tensor, **kwargs):
+    """Run the estimator registered as ``estimator`` (see ``ADVANTAGE_ESTIMATORS``).
+
+    token_rewards: (B, T), mask: (B, T), kwargs: group_ids (B,), values (B, T), gamma, lam,
+    norm_by_std, eps -> (advantages, returns), both (B, T).
+    """
+    if estimator not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; choose from {sorted(ADVANTAGE_ESTIMATORS)}")
+    return ADVANTAGE_ESTIMATORS[estimator](token_rewards, mask, **kwargs)

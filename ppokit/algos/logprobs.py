@@ -1,0 +1,101 @@
+"""Token log-probabilities and entropies from logits, chunked along the sequence.
+
+Logits of a language model are (B, T, V) with V ~ 50k-150k, often bf16. A float32 copy of all
+of them (and the softmax autograd keeps for backward) is the largest tensor of an update step.
+These functions walk T in chunks of ``chunk_size`` positions, upcast one chunk at a time, and
+wrap each chunk in activation checkpointing when a gradient is needed, so at most one chunk's
+float32 (B, chunk, V) temporaries are alive at once, in forward and in backward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+__all__ = ["token_logprobs", "entropy_from_logits"]
+
+
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16 -> float32; float32/float64 unchanged. x: any shape -> same shape."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def _chunk_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / temperature)[label] for one chunk.
+
+    logits: (B, C, V), labels: (B, C) long, >= 0 -> (B, C) float32 (or float64).
+    Computed as gather - logsumexp: no (B, C, V) log-softmax output is kept.
+    """
+    x = _upcast(logits)
+    if temperature != 1.0:
+        x = x / temperature
+    picked = x.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(x, dim=-1)
+
+
+def _chunk_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Entropy of softmax(logits / temperature) for one chunk: logsumexp(x) - sum(p x).
+
+    logits: (B, C, V) -> (B, C) float32 (or float64).
+    """
+    x = _upcast(logits)
+    if temperature != 1.0:
+        x = x / temperature
+    p = torch.softmax(x, dim=-1)
+    return torch.logsumexp(x, dim=-1) - (p * x).sum(-1)
+
+
+def _run(fn, needs_grad: bool, *args):
+    """Call ``fn(*args)``, under non-reentrant checkpointing when a gradient is needed."""
+    if needs_grad:
+        return checkpoint(fn, *args, use_reentrant=False)
+    return fn(*args)
+
+
+def _check_chunk(logits: torch.Tensor, chunk_size: int) -> None:
+    """Validate shapes: logits (B, T, V), chunk_size >= 1."""
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be (B, T, V), got {tuple(logits.shape)}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+
+
+def token_logprobs(
+    logits: torch.Tensor, labels: torch.Tensor, chunk_size: int = 1024, temperature: float = 1.0
+) -> torch.Tensor:
+    """Log-probabilities of ``labels`` under ``softmax(logits / temperature)``.
+
+    logits: (B, T, V) any float dtype, labels: (B, T) int -> (B, T) float32 (float64 for
+    float64 logits). logits[:, t] must already be the prediction for labels[:, t] (shift
+    before calling). Positions with a negative label (e.g. -100 padding) give 0.
+    Differentiable: the gradient flows to ``logits``.
+    """
+    _check_chunk(logits, chunk_size)
+    if labels.shape != logits.shape[:2]:
+        raise ValueError(f"labels shape {tuple(labels.shape)} != logits (B, T) {tuple(logits.shape[:2])}")
+    needs_grad = torch.is_grad_enabled() and logits.requires_grad
+    ignore = labels < 0
+    safe = labels.clamp_min(0).long()
+    pieces = [
+        _run(_chunk_logprobs, needs_grad, logits[:, s : s + chunk_size], safe[:, s : s + chunk_size], temperature)
+        for s in range(0, logits.shape[1], chunk_size)
+    ]
+    out = torch.cat(pieces, dim=1) if pieces else _upcast(logits).new_zeros(labels.shape)
+    return out.masked_fill(ignore, 0.0)
+
+
+def entropy_from_logits(logits: torch.Tensor, chunk_size: int = 1024, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy of each position's next-token distribution ``softmax(logits / temperature)``.
+
+    logits: (B, T, V) any float dtype -> (B, T) float32 (float64 for float64 logits).
+    Differentiable: the gradient flows to ``logits``.
+    """
+    _check_chunk(logits, chunk_size)
+    needs_grad = torch.is_grad_enabled() and logits.requires_grad
+    pieces = [
+        _run(_chunk_entropy, needs_grad, logits[:, s : s + chunk_size], temperature)
+        for s in range(0, logits.shape[1], chunk_size)
+    ]
+    if not pieces:
+        return _upcast(logits).new_zeros(logits.shape[:2])
+    return torch.cat(pieces, dim=1)

@@ -1,0 +1,15 @@
+"""ppokit's arguments: PaddleNLP's schema as pydantic models, JSON/YAML + command-line loading, the
+post-init rules and the batch arithmetic. Imports nothing heavy (no torch)."""
+
+from .arguments import Arguments, DataArguments, ModelArguments, PpokitArguments, TrainingArguments
+from .batch import BatchPlan, batch_plan
+from .checks import check_lengths
+from .cli import explain, parse_cli, resolved_config
+from .errors import ConfigError
+from .loader import load_arguments, read_config_file
+
+__all__ = [
+    "Arguments", "BatchPlan", "ConfigError", "DataArguments", "ModelArguments", "PpokitArguments",
+    "TrainingArguments", "batch_plan", "check_lengths", "explain", "load_arguments", "parse_cli",
+    "read_config_file", "resolved_config",
+]

@@ -1,0 +1,40 @@
+"""``python -m ppokit.args explain KEY | list | print CONFIG [--key value ...]``."""
+
+from __future__ import annotations
+
+import sys
+
+from .arguments import Arguments
+from .cli import explain, parse_cli
+from .errors import ConfigError
+
+USAGE = """usage: python -m ppokit.args explain KEY      describe a key (type, default, aliases)
+       python -m ppokit.args list             list every key with its description
+       python -m ppokit.args print CONFIG [--key value ...]   print the resolved arguments"""
+
+
+def main(argv: list[str]) -> int:
+    """Run one subcommand; returns the exit status."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "explain" and len(rest) == 1:
+        try:
+            print(explain(rest[0]))
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if command == "list" and not rest:
+        for key, field in sorted(Arguments.model_fields.items()):
+            print(f"{key}: {field.description}")
+        return 0
+    if command == "print" and rest:
+        parse_cli([*rest, "--print_config"])
+    print(USAGE, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,105 @@
+"""``parse_cli`` (run_ppo.py's argument handling), ``--print_config`` and ``explain``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+from .arguments import Arguments
+from .argv import split_options
+from .batch import batch_plan
+from .errors import ConfigError
+from .fieldinfo import type_name
+from .loader import env_world_size, load_arguments
+from .translate import IGNORED, RENAMES, suggest
+
+USAGE = """usage: python run_ppo.py CONFIG.{json,yaml} [--key value ...] [--print_config]
+
+Loads the argument file, applies --key value overrides (later wins; --key=value, --flag, --no_flag,
+lists as JSON or comma-separated), and trains. --print_config prints the resolved arguments and the
+derived batch sizes as JSON and exits. `python -m ppokit.args explain KEY` describes a key."""
+
+
+def derived_section(args: Arguments, world_size: int) -> dict[str, Any]:
+    """The numbers ppokit derives from ``args`` (the batch plan plus run totals)."""
+    plan = batch_plan(args, world_size)
+    out = plan.to_dict()
+    out["max_steps_counts"] = "rollout steps"
+    if args.max_steps > 0:
+        out["total_prompts"] = args.max_steps * plan.prompts_per_step
+        out["total_optimizer_steps"] = args.max_steps * plan.optimizer_steps_per_rollout
+    return out
+
+
+def resolved_config(args: Arguments, world_size: int | None = None) -> dict[str, Any]:
+    """All arguments, then 'derived' (batch plan) and 'notes', as a JSON-able dict."""
+    world = env_world_size() if world_size is None else world_size
+    return {**args.to_dict(), "derived": derived_section(args, world), "notes": list(args.notes)}
+
+
+def _ensure_log_handler() -> None:
+    logger = logging.getLogger("ppokit")
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("ppokit: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+def parse_cli(argv: list[str]) -> Arguments:
+    """Parse ``CONFIG [--key value ...]``: --help prints usage and exits 0, --print_config prints the
+    resolved arguments as JSON and exits 0, a user mistake prints its message to stderr and exits 2."""
+    keys = {key for key, _, _ in split_options(argv)}
+    if "help" in keys or "-h" in argv:
+        print(USAGE)
+        sys.exit(0)
+    _ensure_log_handler()
+    try:
+        if not argv or argv[0].startswith("--"):
+            raise ConfigError("no argument file given.\n" + USAGE)
+        args = load_arguments(argv[0], argv=argv[1:])
+        if "print_config" in keys:
+            text = json.dumps(resolved_config(args), indent=2)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if "print_config" in keys:
+        print(text)
+        sys.exit(0)
+    return args
+
+
+def explain(key: str) -> str:
+    """A key's description, type, default, old names and ppokit note; ConfigError for unknown keys."""
+    lines = []
+    if key in RENAMES:
+        new, origin = RENAMES[key]
+        lines.append(f"{key}: the {origin} of {new}; read as {new}.")
+        key = new
+    field = Arguments.model_fields.get(key)
+    if field is None:
+        hint = suggest(key)
+        raise ConfigError(f"unknown key '{key}'" + (f"; did you mean {hint}?" if hint else
+                          "; `python -m ppokit.args list` shows every valid key."))
+    aliases = [old for old, (new, _) in RENAMES.items() if new == key]
+    default = field.get_default(call_default_factory=True)
+    lines += [f"{key}: {field.description}", f"  type: {type_name(field.annotation)}",
+              f"  default: {json.dumps(default)}", f"  group: {_group_of(key)}"]
+    if aliases:
+        lines.append("  aliases: " + ", ".join(aliases))
+    if key in IGNORED:
+        lines.append(f"  ppokit: accepted for PaddleNLP files, no effect ({IGNORED[key]}).")
+    return "\n".join(lines)
+
+
+def _group_of(key: str) -> str:
+    from .extensions import PpokitArguments
+    from .model_data import DataArguments, ModelArguments
+    from .training_base import BaseTrainingArguments
+
+    for cls in (ModelArguments, DataArguments, PpokitArguments, BaseTrainingArguments):
+        if key in cls.model_fields:
+            return "TrainingArguments" if cls is BaseTrainingArguments else cls.__name__
+    return "TrainingArguments"

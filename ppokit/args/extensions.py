@@ -1,0 +1,93 @@
+"""ppokit's extension keys: what PaddleNLP lacks, named as verl names them where verl has a name."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from .model_data import GROUP_CONFIG
+
+KlEstimator = Literal["k1", "k2", "k3", "abs"]
+VERL_KL_NAMES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
+LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+
+
+class PpokitArguments(BaseModel):
+    """Keys ppokit adds (DESIGN.md section 4); PaddleNLP files never contain them."""
+
+    model_config = GROUP_CONFIG
+
+    # --- algorithm ---
+    loss_agg_mode: LossAggMode = Field(
+        "token-mean", description="How token losses reduce to a scalar over the whole mini-batch.")
+    loss_agg_norm_constant: int | None = Field(
+        None, ge=1, description="Denominator constant C of seq-mean-token-sum-norm; None -> max_dec_len.")
+    norm_adv_by_std_in_grpo: bool = Field(
+        True, description="Divide group-relative advantages by the group std (false = Dr.GRPO style).")
+    kl_loss_type: KlEstimator = Field(
+        "k3", description="KL estimator of the KL loss: k1, k2, k3 or abs (verl's kl/mse/low_var_kl accepted).")
+    kl_penalty: KlEstimator = Field(
+        "k3", description="KL estimator of the in-reward KL penalty: k1, k2, k3 or abs (verl names accepted).")
+    kl_ctrl_type: Literal["fixed", "adaptive"] = Field(
+        "fixed", description="In-reward KL coefficient control: fixed kl_coeff or adaptive towards target_kl.")
+    target_kl: float = Field(6.0, gt=0.0, description="Target KL of the adaptive KL controller.")
+    kl_horizon: int = Field(10000, ge=1, description="Horizon (in sequences) of the adaptive KL controller.")
+    clip_ratio_c: float | None = Field(
+        None, description="Dual-clip constant c (>1) bounding the loss of negative-advantage tokens; None = off.")
+    policy_loss: Literal["vanilla", "gspo", "cispo"] = Field(
+        "vanilla", description="Policy loss: vanilla clipped PPO, gspo (sequence-level ratio) or cispo.")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor for GAE / REINFORCE++ returns.")
+    lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda.")
+    critic_warmup_steps: int = Field(
+        0, ge=0, description="Rollout steps that train only the critic before the actor starts (PPO).")
+    # --- LoRA ---
+    lora_rank: int = Field(0, ge=0, description="LoRA rank for the actor; 0 = full fine-tuning.")
+    lora_alpha: int = Field(16, ge=1, description="LoRA alpha (scale = lora_alpha / lora_rank).")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout probability.")
+    # --- rewards ---
+    reward_functions: str | None = Field(
+        None, description="Python reward functions 'file.py:fn[,file2.py:fn2]' called as fn(prompts, "
+        "responses, **fields).")
+    reward_weights: list[float] | None = Field(
+        None, description="Weights of the reward sources when several are combined; None = all 1.0.")
+    reward_on_error: Literal["raise", "skip_group"] = Field(
+        "raise", description="When a reward fails: raise (stop) or skip_group (drop that prompt's group, counted).")
+    reward_server_token: str | None = Field(None, description="Bearer token sent to (and required by) the reward server.")
+    reward_timeout: float = Field(60.0, gt=0.0, description="Seconds per reward-server request.")
+    reward_max_retries: int = Field(3, ge=0, description="Retries per failed reward-server request before an error.")
+    task: str | None = Field(
+        None, description="Rule-reward task for records without a 'task' field (knights_knaves, arithmetic, countdown).")
+    # --- rollout and evaluation ---
+    rollout_engine: Literal["hf", "vllm"] | None = Field(
+        None, description="Rollout engine; None -> from use_fusemt (vllm when installed, else hf).")
+    top_k: int = Field(
+        0, ge=0, description="Top-k sampling; 0 = off (PaddleNLP E0a's top_k defaulted to 1, i.e. greedy).")
+    eval_rollout_n: int = Field(1, ge=1, description="Responses per prompt during evaluation.")
+    eval_temperature: float = Field(0.0, ge=0.0, description="Sampling temperature during evaluation; 0 = greedy.")
+    chunk_size: int = Field(1024, ge=1, description="Tokens per chunk when computing log-probs and entropy.")
+    train_data_size: int | None = Field(
+        None, ge=1, description="Use only the first N training prompts; None = all.")
+    # --- run control ---
+    resume_from_checkpoint: str | bool | None = Field(
+        None, description="Checkpoint folder to resume from, true = the latest in output_dir, None/false = fresh start.")
+    force_resume: bool = Field(
+        False, description="Resume even when the checkpoint's arguments differ from these (listed as a note).")
+    device: str | None = Field(
+        None, pattern=r"^(cpu|cuda(:\d+)?)$", description="Device: cpu, cuda or cuda:N; None = cuda when available.")
+
+    @field_validator("kl_loss_type", "kl_penalty", mode="before")
+    @classmethod
+    def _verl_kl_name(cls, value):
+        return VERL_KL_NAMES.get(value, value) if isinstance(value, str) else value
+
+    @field_validator("resume_from_checkpoint", mode="before")
+    @classmethod
+    def _resume_words(cls, value):
+        words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+        return words.get(value.lower(), value) if isinstance(value, str) else value
+
+    @field_validator("device", mode="before")
+    @classmethod
+    def _paddle_gpu(cls, value):
+        return "cuda" + value[3:] if isinstance(value, str) and value.startswith("gpu") else value

@@ -1,0 +1,156 @@
+"""``load_arguments``: file, then command line, then overrides -> translated -> validated -> PaddleNLP's
+post-init rules -> consistency checks. Every user mistake becomes one ConfigError listing all problems."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .arguments import Arguments
+from .argv import argv_to_dict
+from .checks import consistency_errors
+from .errors import ConfigError
+from .fieldinfo import allows_none, type_name
+from .rules import derive
+from .translate import ignored_notes, translate
+
+logger = logging.getLogger("ppokit")
+_LOGGED: set[str] = set()
+
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a JSON or YAML argument file into a dict; ConfigError names the file and the problem."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in (".json", ".yaml", ".yml"):
+        raise ConfigError(f"{p}: expected a .json, .yaml or .yml argument file.")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the argument file ({exc.strerror or exc}).") from None
+    data = _parse_json(p, text) if suffix == ".json" else _parse_yaml(p, text)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of key: value, not {type(data).__name__}.")
+    return data
+
+
+def _parse_json(p: Path, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}.") from None
+
+
+def _parse_yaml(p: Path, text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: invalid YAML: {problem}.") from None
+
+
+def env_world_size() -> int:
+    """World size from the launcher's WORLD_SIZE variable (1 when unset)."""
+    try:
+        return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
+    except ValueError:
+        return 1
+
+
+def load_arguments(path: str | os.PathLike | None = None, overrides: dict | None = None,
+                   argv: list[str] | None = None) -> Arguments:
+    """Load arguments from ``path`` (JSON/YAML), then ``argv`` (command-line strings such as
+    ``["--max_steps", "5"]``; a leading non-option is taken as the file when ``path`` is None), then
+    ``overrides`` (Python values); later sources win. Raises ConfigError on any user mistake."""
+    argv = list(argv or [])
+    if path is None and argv and not argv[0].startswith("--"):
+        path, argv = argv[0], argv[1:]
+    sources: list[tuple[str, dict[str, Any], str]] = []
+    if path is not None:
+        sources.append((str(path), read_config_file(path), ""))
+    if argv:
+        cli_values, errors = argv_to_dict(argv)
+        if errors:
+            raise ConfigError("\n".join(errors))
+        sources.append(("command line", cli_values, "--"))
+    if overrides:
+        sources.append(("overrides", dict(overrides), ""))
+    values, origin, notes = _merge(sources)
+    args = _validate(values, origin)
+    updates, rule_notes = _derive(args, origin)
+    args = _validate({**values, **updates}, origin)
+    notes += ignored_notes({k: getattr(args, k) for k in values}) + rule_notes
+    problems = consistency_errors(args)
+    if problems:
+        where = str(path) if path is not None else "arguments"
+        raise ConfigError("\n".join(f"{where}: {p}" for p in problems))
+    args.notes.extend(notes)
+    _log_notes(notes)
+    return args
+
+
+def _merge(sources: list[tuple[str, dict[str, Any], str]]) -> tuple[dict, dict, list[str]]:
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    notes: list[str] = []
+    errors: list[str] = []
+    for source, raw, prefix in sources:
+        out, src_notes, src_errors = translate(raw, source, prefix)
+        notes += src_notes
+        errors += src_errors
+        values.update(out)
+        origin.update(dict.fromkeys(out, source))
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return values, origin, notes
+
+
+def _validate(values: dict[str, Any], origin: dict[str, str]) -> Arguments:
+    try:
+        return Arguments.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError("\n".join(_describe(e, values, origin) for e in exc.errors())) from None
+
+
+def _derive(args: Arguments, origin: dict[str, str]) -> tuple[dict, list[str]]:
+    try:
+        return derive(args, env_world_size())
+    except ConfigError as exc:
+        sources = sorted(set(origin.values())) or ["defaults"]
+        raise ConfigError(f"{' + '.join(sources)}: {exc}") from None
+
+
+def _describe(error: dict, values: dict[str, Any], origin: dict[str, str]) -> str:
+    """One pydantic error as 'SOURCE: key=value is not valid: expected TYPE (detail).'"""
+    key = str(error["loc"][0]) if error["loc"] else "?"
+    source = origin.get(key, "arguments")
+    field = Arguments.model_fields.get(key)
+    if field is None:
+        return f"{source}: {error['msg']}."
+    expected = type_name(field.annotation)
+    value = values.get(key, error.get("input"))
+    if value is None and not allows_none(field.annotation):
+        return (f"{source}: {key} is null but must be {expected}; remove the key to use the default "
+                f"{field.get_default(call_default_factory=True)!r}.")
+    detail = error["msg"]
+    if len(error["loc"]) > 1:
+        detail += f" (at item {error['loc'][1]})"
+    return f"{source}: {key}={value!r} is not valid: expected {expected} ({detail})."
+
+
+def _log_notes(notes: list[str]) -> None:
+    for note in notes:
+        if note not in _LOGGED:
+            _LOGGED.add(note)
+            logger.info(note)

@@ -1,0 +1,101 @@
+"""PaddleNLP's post-init rules (TrainingArguments.__post_init__, process_args, the base class), written
+once: ``derive`` returns the values they change and a note for each change a user may not expect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .arguments import Arguments
+from .batch import batch_plan
+
+NORM_OFF_ALGORITHMS = frozenset({"grpo", "drgrpo", "dapo", "rloo"})
+"""PaddleNLP turns normalize_reward/advantage off for grpo; ppokit does so for its group variants too."""
+
+
+def derive(args: Arguments, world_size: int) -> tuple[dict[str, Any], list[str]]:
+    """The derived values of ``args`` on ``world_size`` ranks and the notes explaining them.
+    Raises ConfigError when the batch sizes do not divide."""
+    updates: dict[str, Any] = {}
+    notes: list[str] = []
+    _batch_rules(args, world_size, updates, notes)
+    _eval_rules(args, updates)
+    _misc_rules(args, updates, notes)
+    return updates, notes
+
+
+def _batch_rules(args: Arguments, world_size: int, updates: dict, notes: list[str]) -> None:
+    given = args.model_fields_set
+    plan = batch_plan(args, world_size)
+    micro = args.per_device_train_batch_size
+    for key in ("per_device_logprob_batch_size", "per_device_reward_batch_size", "per_device_value_batch_size"):
+        if getattr(args, key) <= 0:
+            updates[key] = micro
+    if plan.mode == "global":
+        updates["global_mini_batch_size"] = plan.mini_batch_prompts
+        updates["global_gen_batch_size"] = plan.gen_prompts_per_step
+        if args.per_device_rollout_batch_size <= 0:
+            updates["per_device_rollout_batch_size"] = plan.prompts_per_rank
+        if "gradient_accumulation_steps" in given and args.gradient_accumulation_steps != plan.gradient_accumulation_steps:
+            notes.append(f"gradient_accumulation_steps={args.gradient_accumulation_steps} is replaced by "
+                         f"{plan.gradient_accumulation_steps}, computed from global_mini_batch_size (as PaddleNLP E5+ does).")
+        updates["gradient_accumulation_steps"] = plan.gradient_accumulation_steps
+        for key in ("per_device_prompt_batch_size", "per_device_sample_batch_size"):
+            if key in given:
+                notes.append(f"{key} is ignored because global_batch_size is set (as in PaddleNLP E5+).")
+    else:
+        if args.per_device_rollout_batch_size <= 0:
+            updates["per_device_rollout_batch_size"] = micro
+        for key in ("global_mini_batch_size", "global_gen_batch_size"):
+            if key in given:
+                notes.append(f"{key} is ignored because global_batch_size is not set (per-device batch sizes apply).")
+    if args.max_steps > 0 and plan.optimizer_steps_per_rollout != 1:
+        notes.append(f"max_steps={args.max_steps} counts rollout steps; each makes "
+                     f"{plan.optimizer_steps_per_rollout} optimizer steps (PaddleNLP counted optimizer steps).")
+
+
+def _eval_rules(args: Arguments, updates: dict) -> None:
+    strategy = args.evaluation_strategy
+    if strategy != "no":
+        updates["do_eval"] = True
+    elif args.do_eval:
+        strategy = updates["evaluation_strategy"] = "steps"
+    if strategy == "steps" and not args.eval_steps:
+        updates["eval_steps"] = args.logging_steps
+    if args.report_to is None:
+        updates["report_to"] = ["visualdl"]
+    elif [r.lower() for r in args.report_to] == ["none"]:
+        updates["report_to"] = []
+    if args.disable_tqdm is None:
+        updates["disable_tqdm"] = False
+
+
+def _misc_rules(args: Arguments, updates: dict, notes: list[str]) -> None:
+    given = args.model_fields_set
+    if args.rl_algorithm in NORM_OFF_ALGORITHMS:
+        for key in ("normalize_reward", "normalize_advantage"):
+            if getattr(args, key):
+                notes.append(f"{key} is turned off for rl_algorithm={args.rl_algorithm}: group-relative "
+                             "advantages are already normalised (PaddleNLP does the same for grpo).")
+            updates[key] = False
+    prompt_len = args.max_prompt_len
+    if "max_prompt_len" not in given and prompt_len + args.max_dec_len > args.max_length > args.max_dec_len:
+        prompt_len = updates["max_prompt_len"] = args.max_length - args.max_dec_len
+        notes.append(f"max_prompt_len not given: using max_length - max_dec_len = {prompt_len} (PaddleNLP's "
+                     f"default {args.max_prompt_len} does not fit in max_length={args.max_length}).")
+    if "max_src_len" in given and args.max_src_len != prompt_len:
+        notes.append(f"max_src_len={args.max_src_len} is replaced by max_prompt_len={prompt_len} "
+                     "(as PaddleNLP's run script does).")
+    updates["max_src_len"] = prompt_len
+    if args.decay_steps is None and args.max_steps > 0:
+        updates["decay_steps"] = args.max_steps
+    if args.rollout_tensor_parallel_degree <= 0:
+        updates["rollout_tensor_parallel_degree"] = max(args.tensor_parallel_degree, 1)
+    if "output_dir" not in given:
+        notes.append("output_dir not given: using 'output' (PaddleNLP requires the key).")
+    if "do_train" in given and not args.do_train:
+        notes.append("do_train is false: PaddleNLP would skip training; run_ppo.py trains anyway.")
+    if not args.needs_reference:
+        kl = "kl_loss_coeff=0 and kl_coeff=0" if args.use_kl_in_reward else "kl_loss_coeff=0"
+        notes.append(f"KL to the reference model is off ({kl}): no reference model is needed.")
+    if "per_device_train_batch_size" not in given:
+        notes.append("per_device_train_batch_size not given: using 1 (PaddleNLP E5+ default; E0-E4 used 8).")

@@ -1,0 +1,3 @@
+from ppokit.data.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""Prompt rendering and tokenization.
+
+`render_prompt(record, tokenizer)`: a record's `prompt` is returned verbatim; its `messages` go through
+the tokenizer's chat template with the generation prompt appended. A tokenizer without a chat template
+(or `tokenizer=None`) gets the plain rendering below, with one warning per process:
+
+    System: {system}          (only when there is a system message)
+    User: {user turn}
+    Assistant: {assistant turn}
+    User: {last user turn}
+    Assistant:
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ppokit.data.errors import DataError
+
+logger = logging.getLogger("ppokit.data")
+_warned_plain = False
+
+
+def render_plain(messages: list[dict]) -> str:
+    """The documented rendering for models without a chat template: "Role: content" lines, then "Assistant:"."""
+    lines = [f"{str(m['role']).capitalize()}: {m['content']}" for m in messages]
+    return "\n".join(lines + ["Assistant:"])
+
+
+def _warn_plain_once(tokenizer) -> None:
+    global _warned_plain
+    if not _warned_plain:
+        _warned_plain = True
+        name = getattr(tokenizer, "name_or_path", None) or "the tokenizer"
+        logger.warning(
+            "%s has no chat template; prompts are rendered as 'User: ...\\nAssistant:' turns (see docs/data.md). "
+            "Give the model a chat template, or write already-templated prompts, to control this.",
+            name,
+        )
+
+
+def render_prompt(record: dict, tokenizer) -> str:
+    """The text the model sees for `record`: verbatim `prompt`, or `messages` through the chat template."""
+    if record.get("prompt") is not None:
+        return record["prompt"]
+    messages = record.get("messages")
+    if not messages:
+        raise DataError(f"{record.get('source', 'record')}: the record has neither 'prompt' nor 'messages'")
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        _warn_plain_once(tokenizer)
+        return render_plain(messages)
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as err:  # jinja raises TemplateError and others for unsupported roles/orders
+        raise DataError(f"{record.get('source', 'record')}: the tokenizer's chat template failed on this record: {err}") from err
+    if not isinstance(text, str):
+        raise DataError(f"{record.get('source', 'record')}: the chat template returned {type(text).__name__}, not text")
+    return text
+
+
+def _bos_to_add(tokenizer) -> int | None:
+    """The BOS id the tokenizer would add itself with add_special_tokens=True, else None."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return None
+    with_special = tokenizer("a", add_special_tokens=True)["input_ids"]
+    without = tokenizer("a", add_special_tokens=False)["input_ids"]
+    return bos if with_special[:1] == [bos] and without[:1] != [bos] else None
+
+
+def encode_prompts(records: list[dict], tokenizer, max_prompt_len: int | None) -> tuple[list[dict], list[list[int]], int]:
+    """Render and tokenize prompts; drop (count, report) those over `max_prompt_len` tokens.
+
+    Rendered text is tokenized with add_special_tokens=False (templates carry their own BOS); a BOS is
+    prepended only when the tokenizer would add one itself and the text does not already start with it.
+    Returns (records kept, token ids, number dropped); nothing left is a DataError.
+    """
+    if not records:
+        raise DataError("there are no prompts to encode: the dataset is empty")
+    texts = [render_prompt(r, tokenizer) for r in records]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    bos = _bos_to_add(tokenizer)
+    if bos is not None:
+        ids = [seq if seq[:1] == [bos] else [bos] + list(seq) for seq in ids]
+    limit = max_prompt_len if max_prompt_len and max_prompt_len > 0 else None
+    kept = [(r, list(seq)) for r, seq in zip(records, ids) if limit is None or len(seq) <= limit]
+    dropped = len(records) - len(kept)
+    if not kept:
+        shortest = min(len(seq) for seq in ids)
+        raise DataError(
+            f"all {len(records)} prompts are longer than max_prompt_len={limit} tokens (the shortest has "
+            f"{shortest}); raise max_prompt_len or shorten the prompts"
+        )
+    if dropped:
+        longest = max(len(seq) for seq in ids)
+        logger.warning(
+            "dropped %d of %d prompts longer than max_prompt_len=%d tokens (longest: %d tokens), e.g. %s",
+            dropped, len(records), limit, longest,
+            next(r.get("source") for r, seq in zip(records, ids) if len(seq) > limit),
+        )
+    return [r for r, _ in kept], [seq for _, seq in kept], dropped

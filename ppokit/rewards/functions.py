@@ -1,0 +1,327 @@
+"""Reward functions run in process: the protocol, the rule reward, custom `file.py:fn` functions, and
+`compute_rewards`, which runs several of them, checks every value and combines them with weights.
+
+A reward function is any callable
+
+    fn(prompts: list[str], responses: list[str], **fields) -> list[float]
+
+where `fields` are per-item lists built from the records: `label`, `task`, `source`, `records` (the
+record dicts themselves) and every key of the records' `fields` (None where a record lacks it). A
+function that does not take `**kwargs` receives only the fields its signature names.
+
+Nothing here fails silently: an exception, a NaN/inf/None/non-number or the wrong number of values is
+a `RewardError` naming the function and the record (index and `source`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import math
+import numbers
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from ppokit.rewards.errors import RewardError
+
+RESERVED_FIELDS = ("label", "task", "source", "records")
+
+
+class RewardFn(Protocol):
+    def __call__(self, prompts: list[str], responses: list[str], **fields: list) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class NamedReward:
+    """A reward function with the name it is logged under (`reward/<name>`) and its weight.
+
+    allow_none: the function may return None for an item it could not score (only the reward server
+        client under `reward_on_error: skip_group`); that item's reward becomes NaN, see `skipped_groups`.
+    locate_errors: when the function raises on a batch, call it again one record at a time to name the
+        record that fails (off for the server client, whose errors already say what failed).
+    """
+
+    name: str
+    fn: Callable[..., Sequence[Any]]
+    weight: float = 1.0
+    allow_none: bool = False
+    locate_errors: bool = True
+
+
+# ---------------------------------------------------------------- fields and calling
+
+
+def record_fields(records: Sequence[dict]) -> dict[str, list]:
+    """Per-item lists from records: label, task, source, records, then each extra field (None if absent)."""
+    records = list(records)
+    fields: dict[str, list] = {
+        "label": [r.get("label") for r in records],
+        "task": [r.get("task") for r in records],
+        "source": [r.get("source") for r in records],
+        "records": records,
+    }
+    extra_keys: list[str] = []
+    for r in records:
+        for key in r.get("fields") or {}:
+            if key not in extra_keys and key not in RESERVED_FIELDS and key not in ("prompts", "responses"):
+                extra_keys.append(key)
+    for key in extra_keys:
+        fields[key] = [(r.get("fields") or {}).get(key) for r in records]
+    return fields
+
+
+def _accepted(fn: Callable, fields: dict[str, list]) -> dict[str, list]:
+    """The fields `fn` can take: all of them with **kwargs, else only those its signature names."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return fields
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return fields
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in fields.items() if k in names}
+
+
+def _subset(fields: dict[str, list], i: int) -> dict[str, list]:
+    return {k: v[i : i + 1] for k, v in fields.items()}
+
+
+def _where(i: int, records: Sequence[dict]) -> str:
+    source = records[i].get("source") if i < len(records) else None
+    return f"record {i} (source {source!r})" if source else f"record {i}"
+
+
+def _call(reward: NamedReward, prompts, responses, fields, records) -> Sequence[Any]:
+    kwargs = _accepted(reward.fn, fields)
+    try:
+        return reward.fn(list(prompts), list(responses), **kwargs)
+    except RewardError as exc:
+        raise RewardError(f"reward function {reward.name!r}: {exc}", exc.index, exc.source) from exc
+    except Exception as exc:
+        if reward.locate_errors and len(responses) > 1:
+            for i in range(len(responses)):
+                try:
+                    reward.fn(list(prompts[i : i + 1]), list(responses[i : i + 1]), **_subset(kwargs, i))
+                except Exception as one:
+                    raise RewardError(
+                        f"reward function {reward.name!r} raised {type(one).__name__}: {one} "
+                        f"on {_where(i, records)}; fix the function or that record",
+                        i,
+                        records[i].get("source"),
+                    ) from exc
+        where = _where(0, records) if len(responses) == 1 else f"a batch of {len(responses)} records"
+        raise RewardError(
+            f"reward function {reward.name!r} raised {type(exc).__name__}: {exc} on {where}; "
+            "fix the function or the data it was given",
+            0 if len(responses) == 1 else None,
+            records[0].get("source") if len(responses) == 1 and records else None,
+        ) from exc
+
+
+# ---------------------------------------------------------------- checking values
+
+
+def _as_list(reward: NamedReward, values: Any, n: int) -> list:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().reshape(-1).tolist() if values.dim() <= 1 else values
+    elif hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
+        values = values.tolist()  # numpy arrays
+    if not isinstance(values, (list, tuple)):
+        raise RewardError(
+            f"reward function {reward.name!r} returned {type(values).__name__} instead of a list of "
+            f"{n} floats (one per response)"
+        )
+    if len(values) != n:
+        raise RewardError(
+            f"reward function {reward.name!r} returned {len(values)} values for {n} responses; "
+            "it must return exactly one float per response, in order"
+        )
+    return list(values)
+
+
+def _to_float(value: Any) -> float | None:
+    """float(value) for a real number (0-d tensors/arrays too); None for anything else."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    elif hasattr(value, "item") and getattr(value, "size", None) == 1:
+        value = value.item()
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return None
+
+
+def check_values(reward: NamedReward, values: Any, records: Sequence[dict]) -> list[float | None]:
+    """The function's output as floats, or a RewardError naming the function and the bad record."""
+    out: list[float | None] = []
+    for i, value in enumerate(_as_list(reward, values, len(records))):
+        if value is None and reward.allow_none:
+            out.append(None)
+            continue
+        number = _to_float(value)
+        if value is None or number is None:
+            got = "None" if value is None else f"{type(value).__name__} {value!r:.60}"
+            raise RewardError(
+                f"reward function {reward.name!r} returned {got} for {_where(i, records)}; "
+                "a reward must be a finite number",
+                i,
+                records[i].get("source"),
+            )
+        if not math.isfinite(number):
+            raise RewardError(
+                f"reward function {reward.name!r} returned {number} for {_where(i, records)}; "
+                "a reward must be a finite number",
+                i,
+                records[i].get("source"),
+            )
+        out.append(number)
+    return out
+
+
+# ---------------------------------------------------------------- compute_rewards
+
+
+def compute_rewards(
+    fns: Sequence[NamedReward],
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    records: Sequence[dict],
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Run every reward function on the batch and combine them.
+
+    Returns (total, per_fn): total (B,) float32 = sum of weight * values; per_fn maps each function's
+    name to its unweighted values (B,) for logging as `reward/<name>`. An item a skip-capable function
+    could not score (None) is NaN in both; see `skipped_groups`. Raises RewardError otherwise.
+    """
+    n = len(responses)
+    if len(prompts) != n or len(records) != n:
+        raise RewardError(
+            f"compute_rewards got {len(prompts)} prompts, {n} responses and {len(records)} records; "
+            "they must be parallel lists of the same length"
+        )
+    if not fns:
+        raise RewardError(
+            "no reward function is configured; set use_rule_reward, reward_functions, "
+            "use_rm_server + reward_server, or reward_model_name_or_path"
+        )
+    names = [f.name for f in fns]
+    dupes = sorted({x for x in names if names.count(x) > 1})
+    if dupes:
+        raise RewardError(f"two reward functions share the name(s) {dupes}; give each a distinct name")
+    fields = record_fields(records)
+    total = torch.zeros(n, dtype=torch.float32)
+    per_fn: dict[str, torch.Tensor] = {}
+    for reward in fns:
+        raw = _call(reward, prompts, responses, fields, records) if n else []
+        values = check_values(reward, raw, records)
+        tensor = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32)
+        per_fn[reward.name] = tensor
+        total = total + float(reward.weight) * tensor
+    return total, per_fn
+
+
+def skipped_groups(total: torch.Tensor, group_size: int) -> tuple[torch.Tensor, int]:
+    """Which items to keep after a `reward_on_error: skip_group` failure.
+
+    total: (B,) rewards, NaN where the server could not score an item; B = groups * group_size with a
+    group's responses adjacent. Returns (keep (B,) bool: False for every item of a group holding a
+    NaN, number of groups dropped) — log the count as `reward/skipped_groups`.
+    """
+    if group_size < 1 or total.numel() % group_size:
+        raise ValueError(f"skipped_groups: {total.numel()} rewards do not split into groups of {group_size}")
+    bad = torch.isnan(total.reshape(-1, group_size)).any(dim=1)
+    return ~bad.repeat_interleave(group_size), int(bad.sum())
+
+
+# ---------------------------------------------------------------- rule reward
+
+
+def _default_get_task(name: str):
+    from ppokit import tasks
+
+    return tasks.get(name)
+
+
+def make_rule_reward(default_task: str | None = None, get_task: Callable | None = None) -> RewardFn:
+    """The task verifier chosen by each record's `task` field (else `default_task`), as a RewardFn."""
+    lookup = get_task or _default_get_task
+    cache: dict[str, Any] = {}
+
+    def rule_reward(prompts, responses, records=None, label=None, task=None, source=None, **extra):
+        n = len(responses)
+        scores = []
+        for i in range(n):
+            record = dict(records[i]) if records else {}
+            record.setdefault("prompt", prompts[i])
+            record.setdefault("label", label[i] if label else None)
+            record.setdefault("source", source[i] if source else None)
+            record.setdefault("fields", {k: v[i] for k, v in extra.items()})
+            name = record.get("task") or (task[i] if task else None) or default_task
+            where = f"record {i} (source {record['source']!r})"
+            if not name:
+                raise RewardError(
+                    f"{where} has no 'task' and no default task is set; add a 'task' field to the data "
+                    "or set the `task` argument (knights_knaves, arithmetic or countdown)",
+                    i,
+                    record["source"],
+                )
+            if name not in cache:
+                try:
+                    cache[name] = lookup(name)
+                except Exception as exc:
+                    raise RewardError(f"{where} names task {name!r}, which cannot be used: {exc}",
+                                      i, record["source"]) from exc
+            record["task"] = name
+            scores.append(cache[name].score(responses[i], record))
+        return scores
+
+    return rule_reward
+
+
+# ---------------------------------------------------------------- custom file.py:fn
+
+
+def load_reward_function(spec: str, base_dir: str | Path | None = None) -> NamedReward:
+    """Load `path/to/file.py:function` (relative paths: the working directory, then `base_dir`)."""
+    path_text, sep, fn_name = spec.strip().rpartition(":")
+    if not sep or not path_text or not fn_name:
+        raise RewardError(f"reward function {spec!r} should look like 'file.py:function_name'")
+    path = Path(path_text).expanduser()
+    candidates = [path] if path.is_absolute() else [Path.cwd() / path] + ([Path(base_dir) / path] if base_dir else [])
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        looked = ", ".join(str(c.resolve()) for c in candidates)
+        raise RewardError(f"reward function file {path_text!r} does not exist (looked at {looked})")
+    found = found.resolve()
+    module_name = f"ppokit_reward_{found.stem}_{hashlib.sha1(str(found).encode()).hexdigest()[:8]}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        module_spec = importlib.util.spec_from_file_location(module_name, found)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[module_name]
+            raise RewardError(f"importing reward function file {str(found)!r} failed: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, fn_name, None)
+    if fn is None or not callable(fn):
+        available = sorted(k for k, v in vars(module).items()
+                           if callable(v) and not k.startswith("_") and getattr(v, "__module__", None) == module_name)
+        what = "is not callable" if fn is not None else "is not defined"
+        raise RewardError(f"{fn_name!r} {what} in {str(found)!r}; functions defined there: {available or 'none'}")
+    return NamedReward(name=fn_name, fn=fn)
+
+
+def parse_reward_functions(specs: str | Sequence[str] | None, base_dir: str | Path | None = None) -> list[NamedReward]:
+    """`"a.py:f,b.py:g"` (or a list of such strings) -> NamedRewards in order."""
+    if not specs:
+        return []
+    items = specs.split(",") if isinstance(specs, str) else [s for part in specs for s in part.split(",")]
+    return [load_reward_function(s, base_dir) for s in items if s.strip()]

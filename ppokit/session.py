@@ -1,0 +1,169 @@
+"""Session: the notebook-first API and the one trainer (`run_ppo.py` only calls `Session.train()`).
+
+    s = Session.from_json("config/grpo_argument.json", max_steps=20)
+    batch = s.rollout(); s.score(batch); s.compute_advantages(batch); stats = s.update(batch)
+    s.step(); s.train(); s.evaluate(); s.save(); Session.resume(output_dir); s.show(batch)
+
+Each call reads top to bottom and is safe to repeat; `s.args` may be changed between calls
+(e.g. `s.args.temperature = 0.7`) and the next call uses the new value.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from ppokit.args import Arguments, load_arguments
+from ppokit.training import phases
+from ppokit.training.batch import RolloutBatch
+
+logger = logging.getLogger("ppokit")
+
+
+class Session:
+    """One training run: models, data, rewards and the step, built from PaddleNLP-style arguments."""
+
+    def __init__(self, args: Arguments, *, model=None, tokenizer=None, reward_functions=None):
+        from ppokit.training.build import build_state
+
+        self.args = args
+        self.state = build_state(args, model=model, tokenizer=tokenizer, reward_functions=reward_functions)
+        self.plan = self.state.plan
+        self.global_step = 0
+        self.history: list[dict] = []
+        self._tracker = None
+
+    @classmethod
+    def from_json(cls, path: str, **overrides) -> Session:
+        """Load a PaddleNLP JSON/YAML argument file; keyword arguments override its keys."""
+        return cls(load_arguments(path, overrides=overrides))
+
+    @classmethod
+    def from_args(cls, **kwargs) -> Session:
+        """Build from keyword arguments only (no file)."""
+        return cls(load_arguments(None, overrides=kwargs))
+
+    # ------------------------------------------------------------------ the four phases
+
+    def rollout(self) -> RolloutBatch:
+        """Draw the step's prompts and generate `rollout_n` responses each (plus reference log-probs)."""
+        return phases.rollout(self.state, self.args)
+
+    def score(self, batch: RolloutBatch) -> torch.Tensor:
+        """Rewards for every response (rule functions, reward model or reward server); returns (B,)."""
+        phases.score(self.state, self.args, batch)
+        return batch.scores
+
+    def compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        """Advantages per `rl_algorithm`; returns (B, R)."""
+        phases.advantages(self.state, self.args, batch)
+        return batch.advantages
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        """`update_iters` passes of actor (and critic) optimizer steps on the batch; returns the stats."""
+        return phases.update(self.state, self.args, batch)
+
+    # ------------------------------------------------------------------ loops
+
+    def step(self) -> dict[str, float]:
+        """rollout → score → advantages → update → log; returns the step's metrics."""
+        started = time.perf_counter()
+        batch = self.rollout()
+        if batch.scores is None:
+            self.score(batch)
+        self.compute_advantages(batch)
+        metrics = self.update(batch)
+        self.global_step += 1
+        metrics.update(phases.batch_metrics(batch))
+        metrics["timing/step_s"] = time.perf_counter() - started
+        tokens = float(batch.response_mask.sum() + batch.attention_mask[:, : batch.prompt_len].sum())
+        metrics["throughput/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
+        self.history.append({"step": self.global_step, **metrics})
+        self.last_batch = batch
+        self.tracker.log(self.global_step, metrics)
+        if self.args.logging_steps and self.global_step % self.args.logging_steps == 0:
+            self.tracker.log_samples(self.global_step, phases.sample_rows(batch, limit=4))
+        return metrics
+
+    def train(self) -> list[dict]:
+        """Step until `max_steps`, with evaluation, checkpoints and progress; returns the metric history."""
+        from ppokit.training.loop import train_loop
+
+        return train_loop(self)
+
+    def evaluate(self) -> dict[str, float]:
+        """Score the eval set (greedy or sampled) and return eval/* metrics."""
+        from ppokit.training.evaluate import evaluate
+
+        metrics = evaluate(self.state, self.args)
+        self.tracker.log(self.global_step, metrics)
+        return metrics
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save(self, final: bool = False):
+        """Write `output_dir/checkpoint-<step>` atomically; with final=True also the HF model in output_dir."""
+        from pathlib import Path
+
+        from ppokit.checkpoint import is_rank0, save_checkpoint, save_hf
+
+        path = None
+        if not final or self.args.save_strategy != "no":
+            path = save_checkpoint(self)
+        if final and is_rank0():
+            save_hf(self.model, self.tokenizer, Path(self.args.output_dir))
+        return path
+
+    @classmethod
+    def resume(cls, output_dir: str, **overrides) -> Session:
+        """Rebuild the run saved in `output_dir` (newest complete checkpoint) and continue from it."""
+        import json
+
+        from ppokit.checkpoint import STATE_FILE, find_checkpoint, resume_into
+
+        path = find_checkpoint("auto", output_dir) if not str(output_dir).rstrip("/").split("/")[-1].startswith(
+            "checkpoint-") else find_checkpoint(output_dir, output_dir)
+        saved = json.loads((path / STATE_FILE).read_text())["args"]
+        saved.update(overrides)
+        session = cls(load_arguments(None, overrides=saved))
+        resume_into(session, path)
+        return session
+
+    # ------------------------------------------------------------------ inspection
+
+    def show(self, batch: RolloutBatch | None = None):
+        """A table of prompt, response, rewards, advantage and length (ipywidgets in Jupyter)."""
+        from ppokit.widgets import show_batch
+
+        return show_batch(batch if batch is not None else self.last_batch)
+
+    @property
+    def tracker(self):
+        if self._tracker is None:
+            from ppokit.tracking import Tracker
+
+            self._tracker = Tracker(
+                output_dir=self.args.output_dir,
+                logging_dir=self.args.logging_dir,
+                report_to=self.args.report_to,
+                enabled=self.state.dist.rank == 0,
+                run_name=self.args.run_name,
+            )
+            self._tracker.log_hparams(self.args.to_dict())
+        return self._tracker
+
+    @property
+    def model(self):
+        """The trainable actor (unwrapped from DeepSpeed)."""
+        return self.state.policy.engine.module
+
+    @property
+    def tokenizer(self):
+        return self.state.policy.tokenizer
+
+    def close(self) -> None:
+        if self._tracker is not None:
+            self._tracker.close()
+            self._tracker = None

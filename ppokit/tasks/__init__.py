@@ -1,0 +1,33 @@
+"""Built-in tasks: a generator of src/tgt rows and a verifier for each, registered by name.
+
+    from ppokit.tasks import get, TASKS
+    kk = get("knights_knaves")
+    rows = kk.generate(100, seed=0, people=5)
+    kk.score(response, record)                  # 3.0 / -0.5 / -1.0 / -3.0
+    kk.score(response, record, details=True)    # (score, {"verdict": ..., ...})
+
+No torch here: tasks are plain Python and may run inside a reward server.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from ppokit.tasks import arithmetic, countdown, knights_knaves
+from ppokit.tasks.task import Task, TaskError
+
+TASKS: dict[str, Task] = {t.name: t for t in (knights_knaves.TASK, arithmetic.TASK, countdown.TASK)}
+ALIASES = {"kk": "knights_knaves", "ppo-kk": "knights_knaves", "knights_and_knaves": "knights_knaves"}
+
+
+def get(name: str) -> Task:
+    """The task called `name` (or an alias such as "kk"); an unknown name lists the known ones."""
+    key = ALIASES.get(name, name) if isinstance(name, str) else name
+    if key in TASKS:
+        return TASKS[key]
+    close = difflib.get_close_matches(str(name), list(TASKS) + list(ALIASES), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise TaskError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}.{hint}")
+
+
+__all__ = ["ALIASES", "TASKS", "Task", "TaskError", "get"]

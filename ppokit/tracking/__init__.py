@@ -1,0 +1,36 @@
+"""Tracking: metrics/samples/arguments to JSONL and VisualDL, console progress, and the HTML report.
+
+    with Tracker("output", logging_dir="vdl_log") as t:
+        t.log_hparams(args)
+        t.log(1, {"reward/mean": 0.4, "reward/std": 0.2, "actor/kl": 0.001})
+        t.log_samples(1, [{"prompt": "...", "response": "...", "reward": 1.0}])
+
+Watch with ``visualdl --logdir vdl_log``; write a report with ``python -m ppokit.report output``.
+"""
+
+from ppokit.tracking.backends import resolve_report_to
+from ppokit.tracking.jsonl import JsonlContents, read_jsonl
+from ppokit.tracking.progress import ConsoleProgress, format_summary
+from ppokit.tracking.report import ReportError, build_report
+from ppokit.tracking.tracker import Tracker, render_samples_markdown
+
+
+def read_metrics(output_dir) -> list[dict]:
+    """The metrics rows of a run (one per logged call, in order); an incomplete last line is skipped."""
+    from pathlib import Path
+
+    return read_jsonl(Path(output_dir) / "metrics.jsonl").rows
+
+
+__all__ = [
+    "ConsoleProgress",
+    "JsonlContents",
+    "ReportError",
+    "Tracker",
+    "build_report",
+    "format_summary",
+    "read_jsonl",
+    "read_metrics",
+    "render_samples_markdown",
+    "resolve_report_to",
+]

@@ -1,0 +1,125 @@
+"""Console progress: a live bar (tqdm, notebook-aware) and a compact one-line summary per logging step."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+# (label, metric names tried in order) for the summary line and the bar's postfix
+SUMMARY_FIELDS = (
+    ("len", ("response_length/mean",)),
+    ("kl", ("actor/kl",)),
+    ("entropy", ("actor/entropy",)),
+    ("eval", ("eval/reward/mean", "eval/reward", "eval/accuracy")),
+)
+
+
+def _number(metrics: dict[str, Any], names: tuple[str, ...]) -> float | None:
+    for name in names:
+        value = metrics.get(name)
+        if value is None:
+            continue
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            return value
+    return None
+
+
+def _g(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def step_seconds(metrics: dict[str, Any]) -> float | None:
+    """Seconds the step took: ``timing/step_s`` when logged, else the sum of the ``timing/*_s`` phases."""
+    total = _number(metrics, ("timing/step_s",))
+    if total is not None:
+        return total
+    phases = [_number(metrics, (k,)) for k in metrics if k.startswith("timing/") and k.endswith("_s")]
+    phases = [p for p in phases if p is not None]
+    return sum(phases) if phases else None
+
+
+def format_summary(step: int, metrics: dict[str, Any], total: int | None = None) -> str:
+    """A one-line summary, e.g. ``step 12/40 | reward 0.62±0.31 | len 41.2 | kl 0.003 | 12.4s/step``.
+
+    Metrics that were not logged (or are NaN) are left out rather than shown as zero.
+    """
+    parts = [f"step {step}/{total}" if total else f"step {step}"]
+    mean = _number(metrics, ("reward/mean",))
+    std = _number(metrics, ("reward/std",))
+    if mean is not None:
+        parts.append(f"reward {_g(mean)}±{_g(std)}" if std is not None else f"reward {_g(mean)}")
+    for label, names in SUMMARY_FIELDS:
+        value = _number(metrics, names)
+        if value is not None:
+            parts.append(f"{label} {_g(value)}")
+    seconds = step_seconds(metrics)
+    if seconds is not None:
+        parts.append(f"{seconds:.1f}s/step")
+    return " | ".join(parts)
+
+
+class ConsoleProgress:
+    """A progress bar over training steps (i/total, ETA, reward); ``disable=True`` for quiet ranks.
+
+    Uses ``tqdm.auto`` (a widget in Jupyter, a text bar in a terminal) when tqdm is installed;
+    otherwise prints the summary line at each update.
+    """
+
+    def __init__(self, total: int, disable: bool = False, desc: str = "train", initial: int = 0):
+        self.total = int(total)
+        self.disable = bool(disable)
+        self.step = int(initial)
+        self._bar = None
+        if self.disable:
+            return
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            return
+        self._bar = tqdm(total=self.total, initial=self.step, desc=desc, unit="step", dynamic_ncols=True)
+
+    def update(self, step: int, metrics: dict[str, Any] | None = None) -> None:
+        """Move the bar to ``step`` (steps done) and show the step's reward/kl."""
+        if self.disable:
+            return
+        metrics = metrics or {}
+        advance = int(step) - self.step
+        self.step = int(step)
+        if self._bar is None:
+            print(format_summary(step, metrics, self.total), file=sys.stderr)
+            return
+        postfix = {}
+        mean = _number(metrics, ("reward/mean",))
+        if mean is not None:
+            postfix["reward"] = _g(mean)
+        kl = _number(metrics, ("actor/kl",))
+        if kl is not None:
+            postfix["kl"] = _g(kl)
+        if postfix:
+            self._bar.set_postfix(postfix, refresh=False)
+        self._bar.update(advance)
+
+    def write(self, line: str) -> None:
+        """Print a line (e.g. ``format_summary``) above the bar without breaking it."""
+        if self.disable:
+            return
+        if self._bar is None:
+            print(line, file=sys.stderr)
+        else:
+            self._bar.write(line, file=sys.stderr)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> ConsoleProgress:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()

@@ -1,0 +1,378 @@
+"""A self-contained HTML report of a run, built from the files the Tracker writes.
+
+``python -m ppokit.report OUTPUT_DIR [--out FILE]`` or ``build_report(output_dir)``. The page has
+inline SVG charts and inline CSS only: it opens offline and loads nothing from anywhere. It works on
+interrupted runs (an incomplete last line is skipped and reported) and on runs that recorded only
+metrics (missing sections say "not recorded").
+
+Metric names the charts look for (the trainer logs these):
+  reward/mean, reward/std (band), reward/min, reward/max, reward/<function>
+  response_length/mean|max|min, response_length/clip_ratio
+  actor/pg_loss, actor/kl, actor/kl_loss, actor/entropy, actor/clipfrac, actor/grad_norm, actor/lr,
+  actor/kl_coef, critic/value_loss, critic/vf_clipfrac, critic/grad_norm, critic/lr
+  timing/<phase>_s (and timing/step_s), eval/<metric>
+Any other metric is listed in a table of last/min/max values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from html import escape
+from pathlib import Path
+
+from ppokit.tracking.jsonl import read_jsonl
+from ppokit.tracking.svg import Series, bar_chart, fmt_number, line_chart
+
+REWARD_STATS = ("reward/mean", "reward/std", "reward/min", "reward/max")
+# (chart title, y label, regex on the metric name); a metric goes to the first chart it matches
+SIGNAL_CHARTS = (
+    ("Response length", "tokens", r"^(response|prompt)_length/(mean|max|min)$"),
+    ("KL divergence", "", r"(^|/)(kl|kl_loss|ppo_kl|approx_kl)$"),
+    ("KL coefficient", "", r"(^|/)kl_coeff?$"),
+    ("Entropy", "nats", r"(^|/)entropy(_loss)?$"),
+    ("Clip fraction", "fraction", r"clipfrac|clip_frac|clip_fraction|clip_ratio"),
+    ("Gradient norm", "", r"grad_norm"),
+    ("Learning rate", "", r"(^|/)(lr|learning_rate)$"),
+    ("Losses", "", r"(^|/)[a-z0-9_]*loss$"),
+)
+SAMPLES_PER_STEP = 6
+SAMPLE_TEXT_LIMIT = 4000
+CSS = """
+body{font-family:sans-serif;max-width:1340px;margin:24px auto;padding:0 16px;color:#222}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #eee;background:#fff}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;
+vertical-align:top}th{background:#f5f5f5}.note{background:#fff4d6;border:1px solid #e6c66a;padding:8px 12px;
+margin:8px 0}.missing{color:#777;font-style:italic}.sample{border:1px solid #ddd;margin:10px 0;padding:8px}
+.facts{font-size:13px;color:#444}pre{white-space:pre-wrap;word-break:break-word;background:#f7f7f7;
+padding:6px;margin:4px 0;font-size:12px;max-height:360px;overflow:auto}
+"""
+
+
+class ReportError(Exception):
+    """The output directory cannot be reported on (message says why and what to do)."""
+
+
+@dataclass
+class RunData:
+    output_dir: Path
+    rows: list[dict]  # one merged row per step, sorted by step
+    samples: list[dict] | None
+    args: dict | None
+    notes: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def load_run(output_dir: str | Path) -> RunData:
+    """Read metrics.jsonl (required), samples.jsonl and args.json (optional) of a run."""
+    output_dir = Path(output_dir)
+    metrics_path = output_dir / "metrics.jsonl"
+    if not metrics_path.is_file():
+        where = "does not exist" if not output_dir.exists() else "has no metrics.jsonl"
+        raise ReportError(
+            f"{output_dir} {where}; pass the output_dir of a ppokit run (the folder its metrics.jsonl is in)."
+        )
+    metrics = read_jsonl(metrics_path)
+    run = RunData(output_dir, merge_by_step(metrics.rows), None, None, metrics.problems("metrics.jsonl"))
+    run.interrupted = metrics.truncated_last_line
+    samples_path = output_dir / "samples.jsonl"
+    if samples_path.is_file():
+        samples = read_jsonl(samples_path)
+        run.samples = [r for r in samples.rows if _is_step(r.get("step"))]
+        run.notes += samples.problems("samples.jsonl")
+    args_path = output_dir / "args.json"
+    if args_path.is_file():
+        try:
+            loaded = json.loads(args_path.read_text(encoding="utf-8"))
+            run.args = loaded if isinstance(loaded, dict) else None
+        except ValueError:
+            run.notes.append("args.json is not valid JSON, so the arguments are not shown.")
+    return run
+
+
+def _is_step(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def merge_by_step(rows: list[dict]) -> list[dict]:
+    """One row per step (later values win, so train and eval rows of a step combine), sorted by step."""
+    merged: dict[float, dict] = {}
+    for row in rows:
+        if _is_step(row.get("step")):
+            merged.setdefault(row["step"], {}).update(row)
+    return [merged[k] for k in sorted(merged)]
+
+
+def metric_names(rows: list[dict]) -> list[str]:
+    names: dict[str, None] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key not in ("step", "time") and (value is None or _is_step(value)):
+                names[key] = None
+    return list(names)
+
+
+def _column(rows: list[dict], key: str) -> list[float | None]:
+    return [row.get(key) if _is_step(row.get(key)) else None for row in rows]
+
+
+def _series(rows: list[dict], keys: list[str], x_key: str = "step") -> list[Series]:
+    xs = _column(rows, x_key)
+    return [Series(key, xs, _column(rows, key)) for key in keys]
+
+
+def _missing(what: str) -> str:
+    return f'<p class="missing">{escape(what)}: not recorded.</p>'
+
+
+def _charts(svgs: list[str]) -> str:
+    return '<div class="charts">' + "".join(svgs) + "</div>"
+
+
+def reward_section(rows: list[dict], names: list[str]) -> str:
+    """Reward mean ± std against step and against wall time, plus per-function rewards."""
+    if "reward/mean" not in names:
+        return "<h2>Reward</h2>" + _missing("reward/mean")
+    mean, std = _column(rows, "reward/mean"), _column(rows, "reward/std")
+    lo = [m - s if m is not None and s is not None else None for m, s in zip(mean, std)]
+    hi = [m + s if m is not None and s is not None else None for m, s in zip(mean, std)]
+    has_std = any(v is not None for v in std)
+    name = "reward mean ± std" if has_std else "reward mean"
+    band = {"lo": lo, "hi": hi} if has_std else {}
+    svgs = [
+        line_chart([Series(name, _column(rows, "step"), mean, **band)], "Reward by step", "step", "reward"),
+        line_chart(
+            [Series(name, _column(rows, "time"), mean, **band)],
+            "Reward by wall time",
+            "wall time (s)",
+            "reward",
+        ),
+    ]
+    extremes = [k for k in ("reward/min", "reward/max") if k in names]
+    per_fn = [k for k in names if k.startswith("reward/") and k not in REWARD_STATS]
+    if extremes:
+        svgs.append(line_chart(_series(rows, ["reward/mean", *extremes]), "Reward range", "step", "reward"))
+    if per_fn:
+        svgs.append(line_chart(_series(rows, per_fn[:8]), "Reward by function", "step", "reward"))
+    return "<h2>Reward</h2>" + _charts(svgs)
+
+
+def signals_section(rows: list[dict], names: list[str]) -> tuple[str, set[str]]:
+    """Length, KL, entropy, clip fraction, grad norm, LR and losses; returns the HTML and names used."""
+    used: set[str] = set()
+    svgs, missing = [], []
+    free = [n for n in names if not n.startswith(("reward/", "timing/", "eval/"))]
+    for title, y_label, pattern in SIGNAL_CHARTS:
+        keys = [n for n in free if n not in used and re.search(pattern, n)]
+        used.update(keys)
+        if keys:
+            svgs.append(line_chart(_series(rows, keys[:8]), title, "step", y_label))
+        elif title in (
+            "Response length",
+            "KL divergence",
+            "Entropy",
+            "Clip fraction",
+            "Gradient norm",
+            "Learning rate",
+        ):
+            missing.append(title)
+    html = "<h2>Training signals</h2>" + _charts(svgs)
+    if missing:
+        html += _missing(", ".join(missing))
+    return html, used
+
+
+def timing_section(rows: list[dict], names: list[str]) -> str:
+    """Seconds per phase against step, and the mean seconds per phase as bars."""
+    keys = [n for n in names if n.startswith("timing/")]
+    if not keys:
+        return "<h2>Time per phase</h2>" + _missing("timing/*")
+    means = []
+    for key in keys:
+        values = [v for v in _column(rows, key) if v is not None]
+        if values:
+            means.append((key.removeprefix("timing/"), sum(values) / len(values)))
+    svgs = [line_chart(_series(rows, keys[:8]), "Time per phase", "step", "seconds")]
+    svgs.append(bar_chart(means, "Mean time per phase", " s"))
+    return "<h2>Time per phase</h2>" + _charts(svgs)
+
+
+def eval_section(rows: list[dict], names: list[str]) -> str:
+    """One chart per eval/* metric (they have different scales), at the steps evaluation ran."""
+    keys = [n for n in names if n.startswith("eval/")]
+    if not keys:
+        return "<h2>Evaluation</h2>" + _missing("eval/*")
+    svgs = []
+    for key in keys[:12]:
+        eval_rows = [r for r in rows if r.get(key) is not None]
+        svgs.append(line_chart(_series(eval_rows, [key]), key, "step"))
+    return "<h2>Evaluation</h2>" + _charts(svgs)
+
+
+def other_metrics_section(rows: list[dict], names: list[str], used: set[str]) -> str:
+    """Metrics no chart shows, as a table of last, min and max values."""
+    keys = [n for n in names if n not in used and not n.startswith(("reward/", "timing/", "eval/"))]
+    if not keys:
+        return ""
+    body = []
+    for key in keys:
+        values = [v for v in _column(rows, key) if v is not None]
+        cells = (
+            [fmt_number(values[-1]), fmt_number(min(values)), fmt_number(max(values))]
+            if values
+            else ["—"] * 3
+        )
+        body.append("<tr><td>" + escape(key) + "</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "<tr><th>metric</th><th>last</th><th>min</th><th>max</th></tr>"
+    return "<h2>Other metrics</h2><table>" + head + "".join(body) + "</table>"
+
+
+def _clip(text, limit: int = SAMPLE_TEXT_LIMIT) -> str:
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters)"
+
+
+def _fact(value) -> str:
+    if isinstance(value, float):
+        return fmt_number(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def render_sample(row: dict) -> str:
+    """One generation: facts (reward, advantage, task, other fields), prompt and response — all escaped."""
+    skip = ("step", "prompt", "response")
+    order = ["reward", "advantage", "task"] + [
+        k for k in row if k not in skip + ("reward", "advantage", "task")
+    ]
+    facts = [f"<b>{escape(k)}</b> {escape(_fact(row[k]))}" for k in order if row.get(k) is not None]
+    return (
+        '<div class="sample"><div class="facts">'
+        + " · ".join(facts)
+        + "</div>"
+        + f"<div>prompt</div><pre>{escape(_clip(row.get('prompt')))}</pre>"
+        + f"<div>response</div><pre>{escape(_clip(row.get('response')))}</pre></div>"
+    )
+
+
+def samples_section(samples: list[dict] | None) -> str:
+    """Generations from the first, middle and last logged steps."""
+    if not samples:
+        return "<h2>Sample generations</h2>" + _missing("samples.jsonl")
+    steps = sorted({r["step"] for r in samples})
+    picked = {steps[0]: "first", steps[len(steps) // 2]: "middle", steps[-1]: "last"}
+    parts = ["<h2>Sample generations</h2>"]
+    for step in sorted(picked):
+        rows = [r for r in samples if r["step"] == step]
+        label = " / ".join(k for s, k in picked.items() if s == step)
+        shown = rows[:SAMPLES_PER_STEP]
+        parts.append(
+            f"<h3>step {escape(_fact(step))} ({label} logged; {len(shown)} of {len(rows)} shown)</h3>"
+        )
+        parts += [render_sample(r) for r in shown]
+    return "".join(parts)
+
+
+def args_section(args: dict | None) -> str:
+    if args is None:
+        return "<h2>Arguments</h2>" + _missing("args.json")
+    rows = "".join(
+        f"<tr><td>{escape(str(k))}</td><td>{escape(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))}</td></tr>"
+        for k, v in args.items()
+    )
+    return "<h2>Arguments</h2><table><tr><th>argument</th><th>value</th></tr>" + rows + "</table>"
+
+
+def summary_section(run: RunData) -> str:
+    """What the run is, how far it got, and any problems reading it."""
+    rows = run.rows
+    facts = [("output_dir", str(run.output_dir.resolve())), ("steps logged", str(len(rows)))]
+    if rows:
+        facts.append(("step range", f"{_fact(rows[0]['step'])} – {_fact(rows[-1]['step'])}"))
+        last_time = next((r["time"] for r in reversed(rows) if _is_step(r.get("time"))), None)
+        if last_time is not None:
+            facts.append(("training wall time", f"{last_time:.1f} s"))
+        last_reward = next((r["reward/mean"] for r in reversed(rows) if _is_step(r.get("reward/mean"))), None)
+        if last_reward is not None:
+            facts.append(("last reward/mean", fmt_number(last_reward)))
+    facts.append(("status", _status(run)))
+    table = (
+        "<table>"
+        + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in facts)
+        + "</table>"
+    )
+    notes = "".join(f'<div class="note">{escape(n)}</div>' for n in run.notes)
+    if not rows:
+        notes += (
+            '<div class="note">metrics.jsonl has no readable rows yet, so there is nothing to plot.</div>'
+        )
+    return table + notes
+
+
+def _status(run: RunData) -> str:
+    max_steps = (run.args or {}).get("max_steps")
+    last = run.rows[-1]["step"] if run.rows else None
+    if run.interrupted:
+        return f"interrupted (last complete row at step {_fact(last)})"
+    if isinstance(max_steps, int) and max_steps > 0 and last is not None:
+        return "finished" if last >= max_steps else f"stopped at step {_fact(last)} of {max_steps}"
+    return "unknown (no max_steps in args.json)"
+
+
+def render_report(run: RunData) -> str:
+    """The whole report page as one HTML string."""
+    names = metric_names(run.rows)
+    signals, used = signals_section(run.rows, names)
+    title = f"ppokit report — {run.output_dir.resolve().name}"
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        summary_section(run),
+        reward_section(run.rows, names),
+        signals,
+        timing_section(run.rows, names),
+        eval_section(run.rows, names),
+        other_metrics_section(run.rows, names, used),
+        samples_section(run.samples),
+        args_section(run.args),
+        f'<p class="missing">generated by ppokit.report at {datetime.now():%Y-%m-%d %H:%M:%S}</p>',
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+        + "\n".join(body)
+        + "</body></html>\n"
+    )
+
+
+def build_report(output_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write the HTML report of a run (default ``output_dir/report.html``) and return its path.
+
+    Raises ReportError when ``output_dir`` has no metrics.jsonl.
+    """
+    run = load_run(output_dir)
+    path = Path(out) if out is not None else Path(output_dir) / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report(run), encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ppokit.report", description="Write a self-contained HTML report of a ppokit run."
+    )
+    parser.add_argument("output_dir", help="the run's output_dir (where metrics.jsonl is)")
+    parser.add_argument("--out", help="where to write the report (default OUTPUT_DIR/report.html)")
+    ns = parser.parse_args(argv)
+    try:
+        path = build_report(ns.output_dir, ns.out)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,307 @@
+"""Tracker: one object that records a run's metrics, sample generations and arguments.
+
+Files in ``output_dir`` (always, whatever ``report_to`` says):
+  metrics.jsonl   {"step", "time" (wall seconds of training, continued across resumes), metric: value}
+  samples.jsonl   {"step", "prompt", "response", "reward", ...}
+  args.json       the resolved arguments
+  tracking_state.json   which VisualDL file this run writes (so a resume can continue its curves)
+VisualDL records go to ``logging_dir`` (PaddleNLP's meaning: the directory ``visualdl --logdir`` reads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ppokit.tracking.backends import (
+    Backend,
+    VisualDLBackend,
+    dump_args,
+    hparams_for_backends,
+    note,
+    open_backends,
+    resolve_report_to,
+)
+from ppokit.tracking.jsonl import JsonlWriter, to_jsonable, to_number, truncate_jsonl
+
+DEFAULT_HPARAM_METRICS = ("reward/mean", "actor/kl", "response_length/mean")
+STATE_FILE = "tracking_state.json"
+SAMPLES_SHOWN = 4
+TEXT_LIMIT = 1500
+
+
+def default_logging_dir(output_dir: Path) -> Path:
+    """PaddleNLP's default when logging_dir is None: output_dir/runs/<Mon dd_HH-MM-SS>_<hostname>."""
+    return output_dir / "runs" / f"{datetime.now().strftime('%b%d_%H-%M-%S')}_{socket.gethostname()}"
+
+
+class Tracker:
+    """Record a run: ``log`` metrics, ``log_samples`` generations, ``log_hparams`` arguments.
+
+    ``enabled=False`` (non-zero ranks) turns every call into a no-op that creates no files.
+    ``resume_step=N`` continues an earlier run in the same ``output_dir``: rows after step N are
+    dropped from the JSONL files, wall time continues from the last kept row, and the VisualDL
+    curves up to step N are carried into this run's record file. Without it, the JSONL files of an
+    earlier run in ``output_dir`` are replaced (with a note).
+    """
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike,
+        logging_dir: str | os.PathLike | None = "vdl_log",
+        report_to: str | list[str] | None = None,
+        enabled: bool = True,
+        run_name: str | None = None,
+        resume_step: int | None = None,
+    ):
+        self.enabled = bool(enabled)
+        self.output_dir = Path(output_dir)
+        self.report_to = resolve_report_to(report_to)
+        self.logging_dir = Path(logging_dir) if logging_dir else default_logging_dir(self.output_dir)
+        self.run_name = run_name
+        self.metrics_path = self.output_dir / "metrics.jsonl"
+        self.samples_path = self.output_dir / "samples.jsonl"
+        self.args_path = self.output_dir / "args.json"
+        self.backends: list[Backend] = []
+        self._writers: dict[str, JsonlWriter] = {}
+        self._start = time.monotonic()
+        self._time_offset = 0.0
+        self._closed = False
+        if not self.enabled:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        previous_vdl = self._previous_visualdl_file()
+        if resume_step is None:
+            self._start_fresh()
+        else:
+            self.truncate_after(resume_step)
+        self.backends = open_backends(
+            self.report_to, self.logging_dir, self.output_dir, run_name, resume_step
+        )
+        if resume_step is not None and previous_vdl:
+            self._carry_over_visualdl(previous_vdl, resume_step)
+        self._save_state()
+
+    # ----------------------------------------------------------------- recording
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        """Append ``{"step", "time", **metrics}`` to metrics.jsonl and send finite values to the backends.
+
+        Values must be single numbers (floats, ints, bools, 0-d tensors); NaN/inf are written as
+        null in metrics.jsonl and left out of VisualDL.
+        """
+        if not self.enabled:
+            return
+        self._check_open()
+        step = _as_step(step)
+        clean = {name: _metric_value(name, value) for name, value in metrics.items()}
+        self._writer("metrics").write({"step": step, "time": round(self.elapsed(), 3), **clean})
+        finite = {name: float(v) for name, v in clean.items() if v is not None}
+        for backend in self.backends:
+            backend.scalars(step, finite)
+            backend.flush()
+
+    def log_samples(self, step: int, rows: list[dict]) -> None:
+        """Append generations (prompt, response, reward, ...) to samples.jsonl; show a few in VisualDL text."""
+        if not self.enabled:
+            return
+        self._check_open()
+        step = _as_step(step)
+        rows = [to_jsonable(dict(row)) for row in rows]
+        writer = self._writer("samples")
+        for row in rows:
+            writer.write({"step": step, **{k: v for k, v in row.items() if k != "step"}})
+        if rows:
+            text = render_samples_markdown(step, rows)
+            for backend in self.backends:
+                backend.text(step, "samples", text)
+                backend.flush()
+
+    def log_hparams(
+        self, hparams: Any, metrics: tuple[str, ...] | list[str] = DEFAULT_HPARAM_METRICS
+    ) -> None:
+        """Write the resolved arguments to args.json and their scalar entries to the hparams panels.
+
+        ``hparams`` is a dict or a pydantic model; ``metrics`` names the scalars VisualDL's
+        hyper-parameter view compares runs by.
+        """
+        if not self.enabled:
+            return
+        self._check_open()
+        if hasattr(hparams, "model_dump"):
+            hparams = hparams.model_dump()
+        hparams = dict(hparams)
+        tmp = self.args_path.with_name(self.args_path.name + ".tmp")
+        tmp.write_text(dump_args(hparams), encoding="utf-8")
+        os.replace(tmp, self.args_path)
+        scalars = hparams_for_backends(hparams)
+        for backend in self.backends:
+            backend.hparams(scalars, list(metrics))
+            backend.flush()
+
+    # ----------------------------------------------------------------- resume
+
+    def truncate_after(self, step: int) -> int:
+        """Drop rows with step > ``step`` from metrics.jsonl and samples.jsonl; returns rows dropped.
+
+        Wall time then continues from the last kept metrics row. (VisualDL history is handled by
+        ``Tracker(..., resume_step=step)``, which starts a new record file.)
+        """
+        if not self.enabled:
+            return 0
+        step = _as_step(step)
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+        kept, dropped = truncate_jsonl(self.metrics_path, step)
+        _, dropped_samples = truncate_jsonl(self.samples_path, step)
+        times = [r["time"] for r in kept if isinstance(r.get("time"), (int, float))]
+        self._time_offset = max(times, default=0.0)
+        self._start = time.monotonic()
+        return dropped + dropped_samples
+
+    def elapsed(self) -> float:
+        """Wall seconds of training so far (including the time before a resume)."""
+        return self._time_offset + (time.monotonic() - self._start)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def close(self) -> None:
+        """Flush and close every file and backend; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+        for backend in self.backends:
+            backend.close()
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    @property
+    def visualdl_file(self) -> str | None:
+        """The VisualDL record file this run writes, when VisualDL is on."""
+        for backend in self.backends:
+            if isinstance(backend, VisualDLBackend):
+                return backend.file
+        return None
+
+    # ----------------------------------------------------------------- internals
+
+    def _writer(self, kind: str) -> JsonlWriter:
+        if kind not in self._writers:
+            path = self.metrics_path if kind == "metrics" else self.samples_path
+            self._writers[kind] = JsonlWriter(path)
+        return self._writers[kind]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(
+                "This Tracker is closed; create a new Tracker (with resume_step=N to continue)."
+            )
+
+    def _start_fresh(self) -> None:
+        existing = [p for p in (self.metrics_path, self.samples_path) if p.exists()]
+        if existing:
+            note(
+                f"replacing {' and '.join(p.name for p in existing)} of an earlier run in {self.output_dir} "
+                "(pass resume_step=N to continue that run instead)."
+            )
+            for path in existing:
+                path.unlink()
+
+    def _previous_visualdl_file(self) -> str | None:
+        try:
+            state = json.loads((self.output_dir / STATE_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        path = state.get("visualdl_file") if isinstance(state, dict) else None
+        return path if isinstance(path, str) and Path(path).exists() else None
+
+    def _carry_over_visualdl(self, previous: str, step: int) -> None:
+        backend = next((b for b in self.backends if isinstance(b, VisualDLBackend)), None)
+        if backend is None or Path(previous).resolve() == Path(backend.file).resolve():
+            return
+        try:
+            backend.carry_over(previous, step)
+        except Exception as exc:  # a record file cut short by a crash may not parse to the end
+            note(
+                f"could not copy the VisualDL history up to step {step} from {previous} ({exc}); "
+                "VisualDL will show this run from the resumed step on, metrics.jsonl has all of it."
+            )
+        backend.flush()
+
+    def _save_state(self) -> None:
+        state = {"visualdl_file": str(Path(self.visualdl_file).resolve()) if self.visualdl_file else None}
+        (self.output_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+
+
+def _as_step(step: Any) -> int:
+    try:
+        number = int(step)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number != step or isinstance(step, bool):
+        raise TypeError(f"The step must be a whole number, got {step!r}.")
+    return number
+
+
+def _metric_value(name: Any, value: Any) -> float | int | None:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"Metric names must be non-empty strings, got {name!r}.")
+    if name in ("step", "time"):
+        raise ValueError(f"The metric name {name!r} is reserved for the row itself; rename the metric.")
+    if "%" in name:
+        raise ValueError(f"The metric name {name!r} contains '%', which VisualDL cannot store; rename it.")
+    try:
+        return to_number(value)
+    except TypeError:
+        raise TypeError(
+            f"The metric {name!r} is {value!r}; metrics must be single numbers (text goes to log_samples)."
+        ) from None
+
+
+def _clip(text: Any, limit: int = TEXT_LIMIT) -> str:
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more characters)"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    return str(value)
+
+
+def render_samples_markdown(step: int, rows: list[dict], shown: int = SAMPLES_SHOWN) -> str:
+    """A readable rendering of the first ``shown`` samples for VisualDL's text panel.
+
+    Prompts and responses are indented code blocks, so model output cannot break the layout.
+    """
+    parts = [f"**step {step}** · showing {min(shown, len(rows))} of {len(rows)} samples"]
+    for i, row in enumerate(rows[:shown], start=1):
+        facts = [f"**#{i}**"]
+        for key in ("reward", "advantage", "task"):
+            if row.get(key) is not None:
+                facts.append(f"{key} **{_fmt(row[key])}**" if key == "reward" else f"{key} {_fmt(row[key])}")
+        facts += [
+            f"{k} {_fmt(v)}"
+            for k, v in row.items()
+            if k not in ("prompt", "response", "reward", "advantage", "task") and v is not None
+        ]
+        parts.append("---\n" + " · ".join(facts))
+        for key in ("prompt", "response"):
+            body = "\n".join("    " + line for line in _clip(row.get(key)).splitlines() or [""])
+            parts.append(f"*{key}*\n\n{body}")
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,159 @@
+"""The rollout batch: prompts, responses and everything computed about them, as aligned tensors.
+
+Layout (verl's): `input_ids` is the left-padded prompt (P columns) followed by the right-padded
+response (R columns). Token-level quantities (log-probs, rewards, advantages) are (B, R) and line
+up with the response columns; `response_mask` marks real response tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+import torch
+
+
+@dataclass
+class RolloutBatch:
+    """One step's sequences. B = prompts × rollout_n; P prompt columns; R response columns."""
+
+    records: list[dict]  # one per sequence (the prompt's record, repeated rollout_n times)
+    group_ids: torch.Tensor  # (B,) int64; sequences of the same prompt share an id
+    prompt_texts: list[str]
+    response_texts: list[str]
+    input_ids: torch.Tensor  # (B, P + R)
+    attention_mask: torch.Tensor  # (B, P + R)
+    response_mask: torch.Tensor  # (B, R) float32
+    prompt_len: int  # P
+    finish_reasons: list[str]
+    old_logprobs: torch.Tensor | None = None  # (B, R)
+    ref_logprobs: torch.Tensor | None = None  # (B, R)
+    rollout_logprobs: torch.Tensor | None = None  # (B, R) from the inference engine, when it gives them
+    values: torch.Tensor | None = None  # (B, R)
+    scores: torch.Tensor | None = None  # (B,) final scalar reward per sequence
+    reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B,)
+    token_rewards: torch.Tensor | None = None  # (B, R)
+    advantages: torch.Tensor | None = None  # (B, R)
+    returns: torch.Tensor | None = None  # (B, R)
+    stats: dict[str, float] = field(default_factory=dict)  # rollout/reward facts for logging
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def response_lengths(self) -> torch.Tensor:
+        """(B,) number of real response tokens."""
+        return self.response_mask.sum(-1)
+
+    def select(self, index: torch.Tensor | list[int]) -> RolloutBatch:
+        """A new batch with the sequences at `index` (tensors indexed on dim 0, lists picked)."""
+        idx = torch.as_tensor(index, dtype=torch.long)
+        picked = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                picked[f.name] = value.index_select(0, idx)
+            elif isinstance(value, list):
+                picked[f.name] = [value[i] for i in idx.tolist()]
+            elif isinstance(value, dict) and f.name == "reward_terms":
+                picked[f.name] = {k: v.index_select(0, idx) for k, v in value.items()}
+        return replace(self, **picked)
+
+    def trimmed(self) -> RolloutBatch:
+        """Drop prompt columns that are padding in every row and response columns past the longest response.
+
+        Used per micro-batch so that short micro-batches do not pay for the longest sequence of the step.
+        """
+        prompt_cols = self.attention_mask[:, : self.prompt_len].sum(0) > 0
+        first = int(prompt_cols.nonzero()[0]) if prompt_cols.any() else self.prompt_len
+        resp_cols = self.response_mask.sum(0) > 0
+        last = int(resp_cols.nonzero()[-1]) + 1 if resp_cols.any() else 1
+        cut = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("input_ids", "attention_mask"):
+                cut[f.name] = torch.cat([value[:, first : self.prompt_len], value[:, self.prompt_len : self.prompt_len + last]], 1)
+            elif isinstance(value, torch.Tensor) and value.dim() == 2 and f.name != "input_ids":
+                cut[f.name] = value[:, :last]
+        return replace(self, prompt_len=self.prompt_len - first, **cut)
+
+
+def build_batch(
+    records: list[dict],
+    prompt_ids: list[list[int]],
+    prompt_texts: list[str],
+    prompt_index: list[int],
+    response_ids: list[list[int]],
+    finish_reasons: list[str],
+    tokenizer,
+    rollout_logprobs: list[list[float]] | None = None,
+    group_offset: int = 0,
+) -> RolloutBatch:
+    """Assemble a RolloutBatch from per-prompt token ids and the engine's per-response output.
+
+    prompt_index[j] names the prompt (index into records/prompt_ids) that response j answers; its
+    group id is `group_offset + prompt_index[j]`.
+    """
+    pad = tokenizer.pad_token_id
+    P = max(len(prompt_ids[i]) for i in prompt_index)
+    R = max(1, max((len(r) for r in response_ids), default=1))
+    B = len(response_ids)
+    input_ids = torch.full((B, P + R), pad, dtype=torch.long)
+    attention = torch.zeros((B, P + R), dtype=torch.long)
+    response_mask = torch.zeros((B, R), dtype=torch.float32)
+    logprobs = torch.zeros((B, R)) if rollout_logprobs is not None else None
+    for j, (i, resp) in enumerate(zip(prompt_index, response_ids)):
+        prompt = prompt_ids[i]
+        input_ids[j, P - len(prompt) : P] = torch.tensor(prompt, dtype=torch.long)
+        attention[j, P - len(prompt) : P] = 1
+        if resp:
+            input_ids[j, P : P + len(resp)] = torch.tensor(resp, dtype=torch.long)
+            attention[j, P : P + len(resp)] = 1
+            response_mask[j, : len(resp)] = 1.0
+            if logprobs is not None:
+                logprobs[j, : len(resp)] = torch.tensor(rollout_logprobs[j][: len(resp)])
+    texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True)
+    return RolloutBatch(
+        records=[records[i] for i in prompt_index],
+        group_ids=torch.tensor([group_offset + i for i in prompt_index], dtype=torch.long),
+        prompt_texts=[prompt_texts[i] for i in prompt_index],
+        response_texts=texts,
+        input_ids=input_ids,
+        attention_mask=attention,
+        response_mask=response_mask,
+        prompt_len=P,
+        finish_reasons=list(finish_reasons),
+        rollout_logprobs=logprobs,
+    )
+
+
+def concat_batches(batches: list[RolloutBatch], tokenizer) -> RolloutBatch:
+    """Join batches (e.g. dynamic-sampling rounds), re-padding prompts and responses to common widths."""
+    if len(batches) == 1:
+        return batches[0]
+    P = max(b.prompt_len for b in batches)
+    R = max(b.response_mask.shape[1] for b in batches)
+    pad = tokenizer.pad_token_id
+
+    def widen(b: RolloutBatch) -> RolloutBatch:
+        lp, rp = P - b.prompt_len, R - b.response_mask.shape[1]
+        out = {}
+        for f in fields(b):
+            v = getattr(b, f.name)
+            if f.name in ("input_ids", "attention_mask"):
+                fill = pad if f.name == "input_ids" else 0
+                out[f.name] = torch.nn.functional.pad(v, (lp, rp), value=fill)
+            elif isinstance(v, torch.Tensor) and v.dim() == 2:
+                out[f.name] = torch.nn.functional.pad(v, (0, rp), value=0.0)
+        return replace(b, prompt_len=P, **out)
+
+    wide = [widen(b) for b in batches]
+    merged = {}
+    for f in fields(wide[0]):
+        vals = [getattr(b, f.name) for b in wide]
+        if isinstance(vals[0], torch.Tensor):
+            merged[f.name] = torch.cat(vals, 0)
+        elif isinstance(vals[0], list):
+            merged[f.name] = [x for v in vals for x in v]
+        elif f.name == "reward_terms" and vals[0]:
+            merged[f.name] = {k: torch.cat([v[k] for v in vals]) for k in vals[0]}
+    return replace(wide[0], **merged)

@@ -1,0 +1,205 @@
+"""Build a Session's state from resolved arguments: one function per part, wired in `build_state`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+from ppokit.algos.kl import AdaptiveKL, FixedKL
+from ppokit.args import batch_plan, check_lengths
+from ppokit.training.batch import RolloutBatch
+from ppokit.training.forward import batched_logprobs
+from ppokit.training.setup import Policy, choose_device, lr_schedule_spec, seed_everything
+
+logger = logging.getLogger("ppokit")
+
+
+@dataclass
+class State:
+    """Everything a step needs. Counters here are saved in checkpoints."""
+
+    args: object
+    dist: object
+    plan: object
+    policy: Policy
+    rollout_engine: object
+    reward_fns: list
+    loader: object
+    train_records: list[dict]
+    eval_records: list[dict]
+    kl_ctl: object
+    logprob_batch_size: int
+    critic: object | None = None
+    reward_normalizer: object | None = None
+    ptx_loss: object | None = None
+    rollouts_drawn: int = 0
+    updates_done: int = 0
+    skipped_groups: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """(B, R) reference log-probs: the frozen copy, or the actor with LoRA adapters disabled."""
+        p = self.policy
+        ref = p.reference
+        if ref == "disable_adapter":
+            module = p.engine.module
+            with module.disable_adapter():
+                return batched_logprobs(module, batch, self.logprob_batch_size, self.args.chunk_size, p.compute_dtype, p.device)
+        return batched_logprobs(ref, batch, self.logprob_batch_size, self.args.chunk_size, p.compute_dtype, p.device)
+
+
+def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
+    """Tokenizer, actor in a DeepSpeed engine, and the reference (only when a KL term is used)."""
+    from ppokit.engine import build_engine, deepspeed_config
+    from ppokit.models import LoraSpec, dtype_for, load_causal_lm, load_reference, load_tokenizer, resolve_model_path
+    from ppokit.training.phases import needs_reference
+
+    device = choose_device(args, dist)
+    param_dtype, compute_dtype = dtype_for(args.bf16, args.fp16, device)
+    lora = LoraSpec(rank=args.lora_rank, alpha=args.lora_alpha, dropout=args.lora_dropout) if args.lora_rank > 0 else None
+    path = None
+    if model is None:
+        path = resolve_model_path(args.actor_model_name_or_path)
+        tokenizer = tokenizer or load_tokenizer(path)
+        model = load_causal_lm(path, dtype=param_dtype, device=device, gradient_checkpointing=args.recompute,
+                               attn_implementation="flash_attention_2" if args.use_flash_attention else None, lora=lora)
+    elif lora is not None:
+        from ppokit.models import apply_lora
+
+        model = apply_lora(model, lora)
+    if tokenizer is None:
+        raise ValueError("Session(model=...) needs tokenizer=... too")
+    check_lengths(args, getattr(model.config, "max_position_embeddings", None))
+    reference = None
+    if needs_reference(args):
+        reference = "disable_adapter" if lora is not None else load_reference(model, path, dtype=param_dtype, device=device)
+    total_steps = plan.optimizer_steps_per_rollout * max(args.max_steps, 1)
+    ds = deepspeed_config(
+        zero_stage=args.zero_stage, offload_optimizer="optimizer" in args.offload_level,
+        micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
+        world_size=plan.world_size, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
+        bf16=args.bf16, fp16=args.fp16, device=device,
+    )
+    engine = build_engine(model, ds, lr_schedule_spec(args, total_steps))
+    return Policy(tokenizer=tokenizer, engine=engine, reference=reference, compute_dtype=compute_dtype,
+                  device=device, model_path=path)
+
+
+def load_records(args, spec, task_config) -> list[dict]:
+    """Records from a dataset spec (comma list of paths) or a task-config JSON; [] when neither is set."""
+    from ppokit.data import ensure_prepared, load_datasets, load_task_config
+
+    if task_config:
+        return load_task_config(task_config, prompt_key=args.prompt_key, response_key=args.response_key)
+    if not spec:
+        return []
+    for path in str(spec).split(","):
+        ensure_prepared(path.strip())
+    return load_datasets(spec, prompt_key=args.prompt_key, response_key=args.response_key)
+
+
+def build_data_split(args, tokenizer, spec, task_config):
+    """(encoded records, raw count, dropped count) for one split."""
+    from ppokit.data import encode_prompts
+
+    raw = load_records(args, spec, task_config)
+    if not raw:
+        return [], 0, 0
+    kept = encode(raw, tokenizer, args.max_prompt_len, encode_prompts)
+    return kept, len(raw), len(raw) - len(kept)
+
+
+def build_data(args, tokenizer, plan):
+    """Train (and eval) records, rendered and encoded once, and the seeded prompt loader."""
+    from ppokit.data import PromptLoader
+
+    raw = load_records(args, args.train_datasets, args.train_task_config)
+    if not raw:
+        raise ValueError("no training data: set train_datasets (a .jsonl/.json/.parquet path) or train_task_config")
+    if args.train_data_size:
+        raw = raw[: args.train_data_size]
+    from ppokit.data import encode_prompts
+
+    train = encode(raw, tokenizer, args.max_prompt_len, encode_prompts)
+    evals, _, _ = build_data_split(args, tokenizer, args.eval_datasets, args.eval_task_config)
+    train_prompts = {r["_prompt_text"] for r in train}
+    overlap = sum(r["_prompt_text"] in train_prompts for r in evals)
+    if overlap:
+        # Eval prompts never come from the training set: an overlapping prompt would inflate eval metrics.
+        logger.warning("removed %d eval prompts that also appear in the training data", overlap)
+        evals = [r for r in evals if r["_prompt_text"] not in train_prompts]
+    loader = PromptLoader(train, batch_size=plan.prompts_per_step, seed=args.seed,
+                          shuffle=args.dataloader_shuffle, drop_last=args.dataloader_drop_last)
+    return train, evals, loader
+
+
+def encode(records, tokenizer, max_prompt_len, encode_prompts):
+    """Attach `_prompt_text` and `_prompt_ids` to each record (dropping over-long prompts, counted)."""
+    from ppokit.data import render_prompt
+
+    kept, ids, dropped = encode_prompts(records, tokenizer, max_prompt_len)
+    for record, tokens in zip(kept, ids):
+        record["_prompt_text"] = render_prompt(record, tokenizer)
+        record["_prompt_ids"] = tokens
+    if dropped:
+        logger.warning("dropped %d prompts longer than max_prompt_len=%d tokens", dropped, max_prompt_len)
+    return kept
+
+
+def build_kl_controller(args):
+    """Fixed or adaptive β for KL in the reward (`kl_coeff`, `kl_ctrl_type`, `target_kl`, `kl_horizon`)."""
+    if args.kl_ctrl_type == "adaptive":
+        return AdaptiveKL(args.kl_coeff, args.target_kl, args.kl_horizon)
+    return FixedKL(args.kl_coeff)
+
+
+def build_state(args, model=None, tokenizer=None, reward_functions=None) -> State:
+    """Everything a Session needs, built in dependency order."""
+    from ppokit.engine import init_distributed
+    from ppokit.rewards import build_reward_functions
+    from ppokit.rollout import make_rollout_engine
+
+    dist = init_distributed()
+    plan = batch_plan(args, dist.world_size)
+    seed_everything(args.seed)
+    policy = build_policy(args, dist, plan, model=model, tokenizer=tokenizer)
+    train, evals, loader = build_data(args, policy.tokenizer, plan)
+    fns = reward_functions if reward_functions is not None else build_reward_functions(args, train)
+    if reward_functions is not None and not isinstance(fns, list):
+        fns = [fns]
+    fns = [normalize_reward_fn(f) for f in fns]
+    rollout_engine = make_rollout_engine(
+        args.rollout_engine, args.use_fusemt, policy.engine.module, policy.tokenizer,
+        batch_size=args.per_device_rollout_batch_size if args.per_device_rollout_batch_size > 0 else None,
+        compute_dtype=policy.compute_dtype,
+    )
+    logprob_bs = args.per_device_logprob_batch_size if args.per_device_logprob_batch_size > 0 else plan.micro_batch_size
+    state = State(args=args, dist=dist, plan=plan, policy=policy, rollout_engine=rollout_engine, reward_fns=fns,
+                  loader=loader, train_records=train, eval_records=evals, kl_ctl=build_kl_controller(args),
+                  logprob_batch_size=logprob_bs)
+    if args.rl_algorithm == "ppo":
+        from ppokit.training.critic import build_critic
+
+        state.critic = build_critic(args, dist, plan, policy)
+    if args.normalize_reward:
+        from ppokit.training.normalize import RunningNormalizer
+
+        state.reward_normalizer = RunningNormalizer()
+    if args.ptx_coeff > 0:
+        from ppokit.training.ptx import build_ptx_loss
+
+        ptx_records, _, _ = build_data_split(args, policy.tokenizer, args.ptx_datasets, args.ptx_task_config)
+        state.ptx_loss = build_ptx_loss(args, policy, plan, ptx_records)
+    return state
+
+
+def normalize_reward_fn(fn):
+    """Accept a plain callable as a reward function (named after itself) as well as a NamedReward."""
+    from ppokit.rewards import NamedReward
+
+    if isinstance(fn, NamedReward):
+        return fn
+    return NamedReward(name=getattr(fn, "__name__", "custom"), fn=fn)
