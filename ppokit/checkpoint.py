@@ -99,6 +99,7 @@ def trainer_state(session) -> dict:
         "ptx_loader": st.ptx_loss.loader.state_dict() if st.ptx_loss is not None else None,
         "history": session.history,
         "args": session.args.to_dict(),
+        "config": session.args.to_config(),  # only the keys that were set: rebuilds the same batch mode
     }
 
 

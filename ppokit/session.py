@@ -125,7 +125,7 @@ class Session:
 
         path = find_checkpoint("auto", output_dir) if not str(output_dir).rstrip("/").split("/")[-1].startswith(
             "checkpoint-") else find_checkpoint(output_dir, output_dir)
-        saved = json.loads((path / STATE_FILE).read_text())["args"]
+        saved = json.loads((path / STATE_FILE).read_text())["config"]
         saved.update(overrides)
         session = cls(load_arguments(None, overrides=saved))
         resume_into(session, path)

@@ -41,6 +41,11 @@ class Arguments(ModelArguments, DataArguments, TrainingArguments, PpokitArgument
         """All fields as a plain JSON-able dict."""
         return self.model_dump(mode="json")
 
+    def to_config(self) -> dict[str, Any]:
+        """Only the keys that were given, derived or assigned, as a JSON-able dict: saving this (not
+        ``to_dict``) and loading it back with ``load_arguments(overrides=...)`` keeps the batch mode."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
     @property
     def group_algorithm(self) -> bool:
         """True for algorithms with group-relative baselines (grpo, drgrpo, dapo, rloo, rf++ baseline)."""
@@ -60,6 +65,12 @@ class Arguments(ModelArguments, DataArguments, TrainingArguments, PpokitArgument
     def needs_reference(self) -> bool:
         """True when a reference model is needed (a KL term with a non-zero coefficient)."""
         return self.kl_loss_coeff > 0 or (self.use_kl_in_reward and self.kl_coeff > 0)
+
+    @property
+    def zero_stage(self) -> int:
+        """DeepSpeed ZeRO stage named by ``sharding``: '' -> 0, 'stage2' -> 2 ('offload' words ignored)."""
+        stages = [int(w[-1]) for w in self.sharding.split() if w in ("stage1", "stage2", "stage3")]
+        return max(stages, default=0)
 
     @property
     def needs_labels(self) -> bool:

@@ -28,7 +28,7 @@ def split_options(argv: list[str]) -> list[tuple[str, list[str], bool]]:
         elif groups and not groups[-1][2]:
             groups[-1][1].append(token)
         else:
-            groups.append(("", [token], True))
+            groups.append(("", [token], False))
     return groups
 
 

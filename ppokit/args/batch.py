@@ -129,7 +129,8 @@ def _per_device_sizes(args: Any, world: int) -> tuple[int, int, int, int]:
     _require(mini_seq_rank * world % n == 0,
              f"an optimizer step sees per_device_train_batch_size x gradient_accumulation_steps x world_size "
              f"= {micro} x {accumulation} x {world} = {mini_seq_rank * world} sequences, which must be whole "
-             f"groups of rollout_n={n}")
+             f"groups of rollout_n={n}; set global_batch_size to use the global batch rules, or make that "
+             f"product a multiple of {n}")
     return prompts_rank * world, mini_seq_rank * world // n, gen_rank * world, mini_seq_rank
 
 

@@ -17,7 +17,9 @@ from ppokit.tasks import TASKS, TaskError, get
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ppokit.data", description="Prepare, generate and check ppokit datasets.")
+    parser = argparse.ArgumentParser(
+        prog="python -m ppokit.data", description="Prepare, generate and check ppokit datasets."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="write a built-in task's train/test files in PaddleNLP's layout")
     p.add_argument("name", choices=list(LAYOUTS))
@@ -30,9 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--n", type=int, required=True)
     g.add_argument("--out", required=True, help="output .jsonl file")
     g.add_argument("--seed", type=int, default=0)
-    c = sub.add_parser("check", help="validate a dataset file (or task config), print counts and the first prompt")
+    c = sub.add_parser(
+        "check", help="validate a dataset file (or task config), print counts and the first prompt"
+    )
     c.add_argument("file")
-    c.add_argument("--model", help="a Hugging Face model/tokenizer folder whose chat template renders the prompt")
+    c.add_argument(
+        "--model", help="a Hugging Face model/tokenizer folder whose chat template renders the prompt"
+    )
     c.add_argument("--prompt-key", default="src")
     c.add_argument("--response-key", default="tgt")
     return parser
@@ -45,7 +51,9 @@ def _options(extra: list[str]) -> dict:
     while i < len(extra):
         key = extra[i]
         if not key.startswith("--") or i + 1 >= len(extra):
-            raise DataError(f"difficulty options must be --key value pairs; cannot read {' '.join(extra[i:])!r}")
+            raise DataError(
+                f"difficulty options must be --key value pairs; cannot read {' '.join(extra[i:])!r}"
+            )
         value = extra[i + 1]
         try:
             options[key[2:].replace("-", "_")] = json.loads(value)
@@ -58,7 +66,9 @@ def _options(extra: list[str]) -> dict:
 def _prepare(args, extra: list[str]) -> int:
     options = _options(extra)
     if options and args.name == "ppo-kk":
-        raise DataError("prepare ppo-kk takes no difficulty options: its layout fixes them (3–7 and 5 people)")
+        raise DataError(
+            "prepare ppo-kk takes no difficulty options: its layout fixes them (3–7 and 5 people)"
+        )
     written = prepare(args.name, args.out, args.train_size, args.test_size, args.seed, options)
     for path in written:
         with open(path, encoding="utf-8") as fh:
@@ -79,13 +89,20 @@ def _generate(args, extra: list[str]) -> int:
 def _tokenizer(model: str | None):
     if not model:
         return None, "without a chat template (give --model to use one)"
-    if os.path.isdir(model) and any(os.path.exists(os.path.join(model, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+    if os.path.isdir(model) and any(
+        os.path.exists(os.path.join(model, f)) for f in ("tokenizer.json", "tokenizer_config.json")
+    ):
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(model)
+        try:
+            tok = AutoTokenizer.from_pretrained(model)
+        except Exception as err:  # a broken folder: report it like any other input problem
+            raise DataError(f"--model {model}: cannot load its tokenizer: {err}") from err
         how = "with its chat template" if tok.chat_template else "plainly: the model has no chat template"
         return tok, f"{how} ({model})"
-    print(f"note: --model {model} is not a Hugging Face tokenizer folder; showing the prompt without a chat template")
+    print(
+        f"note: --model {model} is not a Hugging Face tokenizer folder; showing the prompt without a chat template"
+    )
     return None, "without a chat template"
 
 
@@ -102,7 +119,10 @@ def _is_task_config(path: str) -> bool:
 
 def _check(args) -> int:
     if _is_task_config(args.file):
-        records, formats = load_task_config(args.file, args.prompt_key, args.response_key), Counter({"task config": 1})
+        records, formats = (
+            load_task_config(args.file, args.prompt_key, args.response_key),
+            Counter({"task config": 1}),
+        )
     else:
         records, formats = load_with_formats(args.file, args.prompt_key, args.response_key)
     labelled = sum(r["label"] is not None for r in records)
@@ -129,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown arguments for check: {' '.join(extra)}", file=sys.stderr)
         return 2
     try:
-        return {"prepare": _prepare, "generate": _generate}.get(args.command, lambda a, _e: _check(a))(args, extra)
+        return {"prepare": _prepare, "generate": _generate}.get(args.command, lambda a, _e: _check(a))(
+            args, extra
+        )
     except (DataError, TaskError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

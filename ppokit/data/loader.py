@@ -23,7 +23,14 @@ class PromptLoader:
     `len(loader)` is the number of batches per epoch (ceil(N / batch_size), or floor with drop_last).
     """
 
-    def __init__(self, records: list[dict], batch_size: int, seed: int = 0, shuffle: bool = True, drop_last: bool = False):
+    def __init__(
+        self,
+        records: list[dict],
+        batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ):
         if not records:
             raise DataError("the prompt loader got no records: the dataset is empty after filtering")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -91,7 +98,9 @@ class PromptLoader:
         """Continue from `state`; the dataset must have the same number of records as when it was saved."""
         missing = [k for k in ("epoch", "position", "num_records") if k not in state]
         if missing:
-            raise DataError(f"the prompt-loader state lacks {', '.join(missing)}; it is not a PromptLoader.state_dict()")
+            raise DataError(
+                f"the prompt-loader state lacks {', '.join(missing)}; it is not a PromptLoader.state_dict()"
+            )
         if state["num_records"] != len(self.records):
             raise DataError(
                 f"cannot resume the prompt loader: the checkpoint's dataset had {state['num_records']} records "
@@ -100,7 +109,9 @@ class PromptLoader:
         if state.get("batch_size", self.batch_size) != self.batch_size:
             logger.warning(
                 "the prompt batch size changed from %s to %s since the checkpoint; prompts continue from the "
-                "same position but batches no longer match the uninterrupted run", state["batch_size"], self.batch_size,
+                "same position but batches no longer match the uninterrupted run",
+                state["batch_size"],
+                self.batch_size,
             )
         for key in ("seed", "shuffle", "drop_last"):
             if key in state and state[key] != getattr(self, key):

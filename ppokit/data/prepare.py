@@ -42,17 +42,20 @@ class Layout:
 
 LAYOUTS: dict[str, Layout] = {
     "ppo-kk": Layout(
-        "knights_knaves", ".",
+        "knights_knaves",
+        ".",
         train=Split("ppo-kk/34567ppl/train.jsonl", 5000, 1, {"people": "3-7"}),
         test=Split("ppo-kk/5ppl/test.jsonl", 500, 2, {"people": 5}),
     ),
     "arithmetic": Layout(
-        "arithmetic", "data",
+        "arithmetic",
+        "data",
         train=Split("arithmetic/train.jsonl", 2000, 1),
         test=Split("arithmetic/test.jsonl", 30, 2),
     ),
     "countdown": Layout(
-        "countdown", "data",
+        "countdown",
+        "data",
         train=Split("countdown/train.jsonl", 5000, 1),
         test=Split("countdown/test.jsonl", 200, 2),
     ),
@@ -64,7 +67,9 @@ def _prompt_key(row: dict) -> str:
     return json.dumps(row["src"], ensure_ascii=False)
 
 
-def draw(task_name: str, n: int, seed: int, difficulty: dict, exclude: set[str], repeats_ok: bool) -> list[dict]:
+def draw(
+    task_name: str, n: int, seed: int, difficulty: dict, exclude: set[str], repeats_ok: bool
+) -> list[dict]:
     """`n` generated rows whose prompts avoid `exclude`; unique while new prompts keep coming."""
     task = get(task_name)
     rows: list[dict] = []
@@ -83,7 +88,9 @@ def draw(task_name: str, n: int, seed: int, difficulty: dict, exclude: set[str],
     if len(rows) < n and rows and repeats_ok:
         logger.warning(
             "%s: only %d distinct prompts at this difficulty outside the test split; the remaining %d rows repeat them",
-            task_name, len(rows), n - len(rows),
+            task_name,
+            len(rows),
+            n - len(rows),
         )
         while len(rows) < n:
             batch = task.generate(n, seed * 100_003 + chunk, **difficulty)
@@ -124,11 +131,30 @@ def prepare(
         raise DataError(f"prepare {name}: --train-size must be at least 1 and --test-size at least 0")
     extra = dict(difficulty or {})
     try:
-        test = draw(layout.task, test_n, layout.test.seed + 1000 * seed, {**layout.test.difficulty, **extra}, set(), False)
+        test = draw(
+            layout.task,
+            test_n,
+            layout.test.seed + 1000 * seed,
+            {**layout.test.difficulty, **extra},
+            set(),
+            False,
+        )
         if len(test) < test_n:
-            logger.warning("%s: only %d distinct test prompts exist at this difficulty (asked for %d)", name, len(test), test_n)
+            logger.warning(
+                "%s: only %d distinct test prompts exist at this difficulty (asked for %d)",
+                name,
+                len(test),
+                test_n,
+            )
         exclude = {_prompt_key(r) for r in test}
-        train = draw(layout.task, train_n, layout.train.seed + 1000 * seed, {**layout.train.difficulty, **extra}, exclude, True)
+        train = draw(
+            layout.task,
+            train_n,
+            layout.train.seed + 1000 * seed,
+            {**layout.train.difficulty, **extra},
+            exclude,
+            True,
+        )
     except TaskError as err:
         raise DataError(f"prepare {name}: {err}") from err
     if not train:
@@ -152,7 +178,7 @@ def match_layout(path: str | os.PathLike) -> tuple[str, Path] | None:
     for name, layout in LAYOUTS.items():
         for split in (layout.train, layout.test):
             rel = Path(split.relpath).parts
-            if len(parts) >= len(rel) and tuple(parts[-len(rel):]) == rel:
+            if len(parts) >= len(rel) and tuple(parts[-len(rel) :]) == rel:
                 return name, Path(*parts[: len(parts) - len(rel)]) if len(parts) > len(rel) else Path(".")
     return None
 
@@ -170,6 +196,9 @@ def ensure_prepared(path: str | os.PathLike) -> bool:
     written = prepare(name, out, only_missing=True)
     logger.warning(
         "%s was missing: generated %s locally (`python -m ppokit.data prepare %s --out %s`)",
-        path, ", ".join(str(p) for p in written), name, out,
+        path,
+        ", ".join(str(p) for p in written),
+        name,
+        out,
     )
     return True

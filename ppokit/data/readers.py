@@ -36,7 +36,9 @@ def read_rows(path: str) -> list[tuple[dict, str]]:
 
 def _check_row(row, where: str) -> dict:
     if not isinstance(row, dict):
-        raise DataError(f"{where}: expected a JSON object (a row with fields such as 'src'), got {type(row).__name__}")
+        raise DataError(
+            f"{where}: expected a JSON object (a row with fields such as 'src'), got {type(row).__name__}"
+        )
     return row
 
 
@@ -69,12 +71,17 @@ def _read_json(path: str) -> list[tuple[dict, str]]:
         if err.msg == "Extra data":  # JSON lines in a .json file (datasets' "json" loader reads these too)
             return list(_read_jsonl(path, text))
         raise DataError(f"{path}:{err.lineno}: invalid JSON: {err.msg} (column {err.colno})") from err
+    if isinstance(data, dict) and isinstance(data.get("tasks"), list):
+        raise DataError(
+            f"{path}: this is a task config (it has 'tasks'), not a dataset; give it as "
+            "train_task_config / eval_task_config / ptx_task_config"
+        )
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     elif isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
-        raise DataError(f"{path}: expected a list of rows or {{\"data\": [...]}}, got {type(data).__name__}")
+        raise DataError(f'{path}: expected a list of rows or {{"data": [...]}}, got {type(data).__name__}')
     return [(_check_row(row, f"{path}#{i}"), f"{path}#{i}") for i, row in enumerate(data, start=1)]
 
 
@@ -90,7 +97,10 @@ def _read_parquet(path: str) -> Iterator[tuple[dict, str]]:
 
 
 def _read_hf_folder(path: str) -> Iterator[tuple[dict, str]]:
-    if not any(os.path.exists(os.path.join(path, f)) for f in ("dataset_info.json", "dataset_dict.json", "state.json")):
+    if not any(
+        os.path.exists(os.path.join(path, f))
+        for f in ("dataset_info.json", "dataset_dict.json", "state.json")
+    ):
         raise DataError(
             f"{path}: a folder must be one written by datasets' save_to_disk (no dataset_info.json or "
             "dataset_dict.json in it); give a .jsonl, .json or .parquet file instead"
@@ -105,6 +115,8 @@ def _read_hf_folder(path: str) -> Iterator[tuple[dict, str]]:
         elif len(splits) == 1:
             data = data[splits[0]]
         else:
-            raise DataError(f"{path}: the saved DatasetDict has splits {splits} and none is 'train'; save one split")
+            raise DataError(
+                f"{path}: the saved DatasetDict has splits {splits} and none is 'train'; save one split"
+            )
     for i, row in enumerate(data, start=1):
         yield row, f"{path}#{i}"

@@ -23,18 +23,20 @@ from ppokit.data.errors import DataError
 
 # Markers of a prompt that already went through a chat template (matched anywhere in the text). Generous
 # on purpose: a src that contains one of these is used verbatim, as PaddleNLP uses every src verbatim.
+# fmt: off
 TEMPLATE_MARKERS = (
-    "<|im_start|>", "<|im_end|>",                                # ChatML: Qwen, SmolLM, InternLM, Yi
-    "<|begin_of_text|>", "<|start_header_id|>", "<|eot_id|>",   # Llama 3
-    "[INST]", "[/INST]", "<<SYS>>",                              # Llama 2, Mistral
-    "<start_of_turn>", "<end_of_turn>",                          # Gemma
-    "<|user|>", "<|assistant|>", "<|system|>", "<|end|>",        # Phi-3, Zephyr, GLM
-    "<｜User｜>", "<｜Assistant｜>", "<｜begin▁of▁sentence｜>",    # DeepSeek
+    "<|im_start|>", "<|im_end|>",                                  # ChatML: Qwen, SmolLM, InternLM, Yi
+    "<|begin_of_text|>", "<|start_header_id|>", "<|eot_id|>",     # Llama 3
+    "[INST]", "[/INST]", "<<SYS>>",                                # Llama 2, Mistral
+    "<start_of_turn>", "<end_of_turn>",                            # Gemma
+    "<|user|>", "<|assistant|>", "<|system|>", "<|end|>",          # Phi-3, Zephyr, GLM
+    "<｜User｜>", "<｜Assistant｜>", "<｜begin▁of▁sentence｜>",      # DeepSeek
     "<|User|>", "<|Assistant|>",
-    "<|begin_of_sentence|>", "<|end_of_sentence|>",              # ERNIE
-    "<|start|>", "<|message|>",                                  # gpt-oss (harmony)
-    "[gMASK]<sop>",                                              # ChatGLM
+    "<|begin_of_sentence|>", "<|end_of_sentence|>",                # ERNIE
+    "<|start|>", "<|message|>",                                    # gpt-oss (harmony)
+    "[gMASK]<sop>",                                                # ChatGLM
 )
+# fmt: on
 LABEL_KEY = "label"
 
 
@@ -60,7 +62,9 @@ def _turns(row: dict, key: str, where: str, required: bool) -> list[str]:
     if isinstance(value, str):
         return [value]
     if not isinstance(value, list):
-        raise DataError(f"{where}: '{key}' is a {type(value).__name__}; expected a string or a list of strings")
+        raise DataError(
+            f"{where}: '{key}' is a {type(value).__name__}; expected a string or a list of strings"
+        )
     for i, turn in enumerate(value):
         if not isinstance(turn, str):
             raise DataError(f"{where}: '{key}'[{i}] is a {type(turn).__name__}; expected a string")
@@ -99,7 +103,7 @@ def _content(value, where: str, i: int) -> str:
 
 def _from_messages(value, key: str, where: str) -> tuple[dict, str | None]:
     if not isinstance(value, list) or not value:
-        raise DataError(f"{where}: '{key}' must be a non-empty list of {{\"role\", \"content\"}} messages")
+        raise DataError(f'{where}: \'{key}\' must be a non-empty list of {{"role", "content"}} messages')
     messages = []
     for i, msg in enumerate(value):
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str) or "content" not in msg:
@@ -143,7 +147,9 @@ def _is_chat_list(value) -> bool:
     return isinstance(value, list) and bool(value) and isinstance(value[0], dict)
 
 
-def row_to_record(row: dict, where: str, prompt_key: str = "src", response_key: str = "tgt") -> tuple[dict, str]:
+def row_to_record(
+    row: dict, where: str, prompt_key: str = "src", response_key: str = "tgt"
+) -> tuple[dict, str]:
     """(Record, format name) for one row; a bad row raises DataError naming `where` and the field."""
     consumed = {"task"}
     if prompt_key in row and not _is_chat_list(row[prompt_key]):

@@ -52,9 +52,13 @@ def render_prompt(record: dict, tokenizer) -> str:
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception as err:  # jinja raises TemplateError and others for unsupported roles/orders
-        raise DataError(f"{record.get('source', 'record')}: the tokenizer's chat template failed on this record: {err}") from err
+        raise DataError(
+            f"{record.get('source', 'record')}: the tokenizer's chat template failed on this record: {err}"
+        ) from err
     if not isinstance(text, str):
-        raise DataError(f"{record.get('source', 'record')}: the chat template returned {type(text).__name__}, not text")
+        raise DataError(
+            f"{record.get('source', 'record')}: the chat template returned {type(text).__name__}, not text"
+        )
     return text
 
 
@@ -68,7 +72,9 @@ def _bos_to_add(tokenizer) -> int | None:
     return bos if with_special[:1] == [bos] and without[:1] != [bos] else None
 
 
-def encode_prompts(records: list[dict], tokenizer, max_prompt_len: int | None) -> tuple[list[dict], list[list[int]], int]:
+def encode_prompts(
+    records: list[dict], tokenizer, max_prompt_len: int | None
+) -> tuple[list[dict], list[list[int]], int]:
     """Render and tokenize prompts; drop (count, report) those over `max_prompt_len` tokens.
 
     Rendered text is tokenized with add_special_tokens=False (templates carry their own BOS); a BOS is
@@ -95,7 +101,10 @@ def encode_prompts(records: list[dict], tokenizer, max_prompt_len: int | None) -
         longest = max(len(seq) for seq in ids)
         logger.warning(
             "dropped %d of %d prompts longer than max_prompt_len=%d tokens (longest: %d tokens), e.g. %s",
-            dropped, len(records), limit, longest,
+            dropped,
+            len(records),
+            limit,
+            longest,
             next(r.get("source") for r, seq in zip(records, ids) if len(seq) > limit),
         )
     return [r for r, _ in kept], [seq for _, seq in kept], dropped

@@ -18,6 +18,8 @@ from ppokit.data.records import row_to_record
 
 logger = logging.getLogger("ppokit.data")
 TASK_CONFIG_KEYS = ("tasks", "seed", "size")
+# PaddleNLP's registered (downloaded) datasets of E0–E2 (PADDLE_SCHEMA.md §5.1)
+REGISTERED = ("PKU-SafeRLHF", "alpaca", "stanford-alpaca")
 TASK_ENTRY_KEYS = ("name", "path", "weight", "task", "max_records", "prompt_key", "response_key")
 
 
@@ -28,7 +30,9 @@ def _parse_proportion(text: str, part: str, n: int) -> int:
             return int(text[:-3])
         value = Fraction(text)
     except (ValueError, ZeroDivisionError) as err:
-        raise DataError(f"dataset {part!r}: proportion {text!r} must be a number, a/b, or k/-1 (a count)") from err
+        raise DataError(
+            f"dataset {part!r}: proportion {text!r} must be a number, a/b, or k/-1 (a count)"
+        ) from err
     if value <= 0:
         raise DataError(f"dataset {part!r}: proportion {text!r} must be positive")
     return max(1, round(value * n))
@@ -55,7 +59,12 @@ def split_spec(spec) -> list[tuple[str, str | None, str]]:
             out.append((part.split("::", 1)[1], None, part))
         elif part.count(":") >= 2:  # "name:proportion:path"
             name, proportion, path = part.split(":", 2)
-            logger.warning("dataset %r: reading %s at proportion %s (PaddleNLP's name:proportion:path; the name is ignored)", part, path, proportion)
+            logger.warning(
+                "dataset %r: reading %s at proportion %s (PaddleNLP's name:proportion:path; the name is ignored)",
+                part,
+                path,
+                proportion,
+            )
             out.append((path, proportion, part))
         else:
             raise DataError(
@@ -68,6 +77,11 @@ def split_spec(spec) -> list[tuple[str, str | None, str]]:
 
 
 def _missing(path: str) -> DataError:
+    if path.split("/")[0].split(":")[0] in REGISTERED:
+        return DataError(
+            f"dataset {path!r} is one of PaddleNLP's registered datasets, which ppokit does not download; "
+            "export it to a .jsonl file with 'src' (prompt) and 'tgt' (reference) fields and give that path"
+        )
     known = ", ".join(s.relpath for layout in LAYOUTS.values() for s in (layout.train, layout.test))
     return DataError(
         f"dataset file not found: {path} (relative paths are read from {os.getcwd()}); ppokit generates "
@@ -118,12 +132,14 @@ def _read_task_config(path: str) -> dict:
     if isinstance(data, list):
         data = {"tasks": data}
     if not isinstance(data, dict):
-        raise DataError(f"{path}: a task config is an object {{\"tasks\": [...]}}, got {type(data).__name__}")
+        raise DataError(f'{path}: a task config is an object {{"tasks": [...]}}, got {type(data).__name__}')
     for key in data:
         if key not in TASK_CONFIG_KEYS:
-            raise DataError(f"{path}: unknown key {key!r}{_suggest(key, TASK_CONFIG_KEYS)}; known keys: {', '.join(TASK_CONFIG_KEYS)}")
+            raise DataError(
+                f"{path}: unknown key {key!r}{_suggest(key, TASK_CONFIG_KEYS)}; known keys: {', '.join(TASK_CONFIG_KEYS)}"
+            )
     if not isinstance(data.get("tasks"), list) or not data["tasks"]:
-        raise DataError(f"{path}: 'tasks' must be a non-empty list of {{\"name\", \"path\", \"weight\", ...}}")
+        raise DataError(f'{path}: \'tasks\' must be a non-empty list of {{"name", "path", "weight", ...}}')
     if not isinstance(data.get("seed", 0), int):
         raise DataError(f"{path}: 'seed' must be an integer, got {data['seed']!r}")
     size = data.get("size")
@@ -135,14 +151,23 @@ def _read_task_config(path: str) -> dict:
 def _check_entry(entry, i: int, path: str) -> dict:
     where = f"{path}: tasks[{i}]"
     if not isinstance(entry, dict):
-        raise DataError(f"{where} must be an object with 'path' (and 'name', 'weight', 'task', 'max_records')")
+        raise DataError(
+            f"{where} must be an object with 'path' (and 'name', 'weight', 'task', 'max_records')"
+        )
     for key in entry:
         if key not in TASK_ENTRY_KEYS:
-            raise DataError(f"{where}: unknown key {key!r}{_suggest(key, TASK_ENTRY_KEYS)}; known keys: {', '.join(TASK_ENTRY_KEYS)}")
+            raise DataError(
+                f"{where}: unknown key {key!r}{_suggest(key, TASK_ENTRY_KEYS)}; known keys: {', '.join(TASK_ENTRY_KEYS)}"
+            )
     if not isinstance(entry.get("path"), str) or not entry["path"].strip():
         raise DataError(f"{where}.path must be a dataset path (string)")
     weight = entry.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0 or math.isinf(weight):
+    if (
+        isinstance(weight, bool)
+        or not isinstance(weight, (int, float))
+        or not weight > 0
+        or math.isinf(weight)
+    ):
         raise DataError(f"{where}.weight must be a positive number, got {weight!r}")
     cap = entry.get("max_records")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
@@ -164,7 +189,9 @@ def _resolve(data_path: str, config_path: str) -> str:
 def _load_entry(entry: dict, i: int, path: str, prompt_key: str, response_key: str) -> list[dict]:
     spec = ",".join(_resolve(p.strip(), path) for p in entry["path"].split(","))
     try:
-        records = load_datasets(spec, entry.get("prompt_key", prompt_key), entry.get("response_key", response_key))
+        records = load_datasets(
+            spec, entry.get("prompt_key", prompt_key), entry.get("response_key", response_key)
+        )
     except DataError as err:
         raise DataError(f"{path}: tasks[{i}] ({entry.get('name') or entry['path']}): {err}") from err
     if entry.get("max_records"):
@@ -197,7 +224,14 @@ def load_task_config(path: str, prompt_key: str = "src", response_key: str = "tg
     for i, (recs, frac) in enumerate(zip(loaded, fractions)):
         count = round(frac * size)
         if count == 0:
-            logger.warning("%s: tasks[%d] (%s) gets no records at weight %s and size %d", path, i, names[i], entries[i].get("weight", 1.0), size)
+            logger.warning(
+                "%s: tasks[%d] (%s) gets no records at weight %s and size %d",
+                path,
+                i,
+                names[i],
+                entries[i].get("weight", 1.0),
+                size,
+            )
             continue
         mixed.extend(_subsample(recs, count, seed + i))
     if not mixed:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import ipaddress
 import json
 import os
@@ -107,4 +108,6 @@ def main(argv: list[str] | None = None) -> None:
         uvicorn.run(app, **common)
     else:
         os.environ[SPEC_ENV] = json.dumps(spec)
+        if "timeout_worker_healthcheck" in inspect.signature(uvicorn.run).parameters:
+            common["timeout_worker_healthcheck"] = 60  # a worker loading a reward model starts slowly
         uvicorn.run("ppokit.rewards.cli:app_from_env", factory=True, workers=ns.workers, **common)

@@ -24,11 +24,12 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ppokit.rewards.errors import RewardError
+
+if TYPE_CHECKING:  # torch is imported when rewards are combined, so the server can run without it
+    import torch
 
 RESERVED_FIELDS = ("label", "task", "source", "records")
 
@@ -128,10 +129,10 @@ def _call(reward: NamedReward, prompts, responses, fields, records) -> Sequence[
 
 
 def _as_list(reward: NamedReward, values: Any, n: int) -> list:
-    if isinstance(values, torch.Tensor):
+    if hasattr(values, "detach") and hasattr(values, "dim"):  # a torch tensor
         values = values.detach().cpu().reshape(-1).tolist() if values.dim() <= 1 else values
-    elif hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
-        values = values.tolist()  # numpy arrays
+    elif hasattr(values, "tolist") and getattr(values, "ndim", None) == 1:  # a 1-D numpy array
+        values = values.tolist()
     if not isinstance(values, (list, tuple)):
         raise RewardError(
             f"reward function {reward.name!r} returned {type(values).__name__} instead of a list of "
@@ -147,9 +148,9 @@ def _as_list(reward: NamedReward, values: Any, n: int) -> list:
 
 def _to_float(value: Any) -> float | None:
     """float(value) for a real number (0-d tensors/arrays too); None for anything else."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    elif hasattr(value, "item") and getattr(value, "size", None) == 1:
+    if hasattr(value, "numel") and hasattr(value, "item"):  # a torch tensor
+        value = value.item() if value.numel() == 1 else value
+    elif hasattr(value, "item") and getattr(value, "size", None) == 1:  # a numpy scalar or 0-d array
         value = value.item()
     if isinstance(value, numbers.Real):
         return float(value)
@@ -198,6 +199,8 @@ def compute_rewards(
     name to its unweighted values (B,) for logging as `reward/<name>`. An item a skip-capable function
     could not score (None) is NaN in both; see `skipped_groups`. Raises RewardError otherwise.
     """
+    import torch
+
     n = len(responses)
     if len(prompts) != n or len(records) != n:
         raise RewardError(
@@ -232,6 +235,8 @@ def skipped_groups(total: torch.Tensor, group_size: int) -> tuple[torch.Tensor, 
     group's responses adjacent. Returns (keep (B,) bool: False for every item of a group holding a
     NaN, number of groups dropped) — log the count as `reward/skipped_groups`.
     """
+    import torch
+
     if group_size < 1 or total.numel() % group_size:
         raise ValueError(f"skipped_groups: {total.numel()} rewards do not split into groups of {group_size}")
     bad = torch.isnan(total.reshape(-1, group_size)).any(dim=1)

@@ -175,7 +175,8 @@ def parse(model: type[BaseModel], data: Any) -> BaseModel:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'body'}: {e['msg'].removeprefix('Value error, ')}"
+                             for e in exc.errors())
         raise HTTPException(422, f"invalid {model.__name__}: {problems}") from exc
 
 

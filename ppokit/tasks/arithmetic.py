@@ -48,12 +48,14 @@ def generate(n: int, seed: int, digits, operands, ops, nonnegative: bool, templa
         value, _ = parse(expression)
         if nonnegative and value < 0:
             continue
-        rows.append({
-            "src": [template.format(expression=expression)],
-            "tgt": [str(int(value))],
-            "task": "arithmetic",
-            "expression": expression,
-        })
+        rows.append(
+            {
+                "src": [template.format(expression=expression)],
+                "tgt": [str(int(value))],
+                "task": "arithmetic",
+                "expression": expression,
+            }
+        )
     return rows
 
 
@@ -93,7 +95,9 @@ def score(response: str, record: dict) -> tuple[float, dict]:
         try:
             expected, _ = parse(reference)
         except ExprError as err:
-            raise TaskError(f"arithmetic: {record.get('source', 'the record')}: reference {reference!r} is not a number") from err
+            raise TaskError(
+                f"arithmetic: {record.get('source', 'the record')}: reference {reference!r} is not a number"
+            ) from err
     predicted = extract_answer(response)
     value = _to_number(predicted) if predicted is not None else None
     correct = value is not None and value == expected

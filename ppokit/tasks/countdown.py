@@ -60,7 +60,9 @@ def _puzzle(rng: random.Random, count: int, max_number: int, max_target: int) ->
         value, text, _ = items[0]
         if 1 <= value <= max_target:
             return numbers, text, value
-    raise TaskError(f"countdown: could not reach a target in 1..{max_target} from {count} numbers up to {max_number}")
+    raise TaskError(
+        f"countdown: could not reach a target in 1..{max_target} from {count} numbers up to {max_number}"
+    )
 
 
 def generate(n: int, seed: int, numbers, max_number: int, max_target: int, template: str) -> list[dict]:
@@ -75,13 +77,15 @@ def generate(n: int, seed: int, numbers, max_number: int, max_target: int, templ
     rows = []
     for _ in range(n):
         nums, text, target = _puzzle(rng, rng.randint(lo, hi), max_number, max_target)
-        rows.append({
-            "src": [template.format(numbers=str(nums), target=target)],
-            "tgt": [f"{text} = {target}"],
-            "task": "countdown",
-            "numbers": nums,
-            "target": target,
-        })
+        rows.append(
+            {
+                "src": [template.format(numbers=str(nums), target=target)],
+                "tgt": [f"{text} = {target}"],
+                "task": "countdown",
+                "numbers": nums,
+                "target": target,
+            }
+        )
     return rows
 
 
@@ -91,7 +95,9 @@ def _problem(record: dict) -> tuple[list[int], int]:
         return [int(v) for v in fields["numbers"]], int(fields["target"])
     ref = reference_of(record)
     if ref is None:
-        raise TaskError(f"countdown: {record.get('source', 'the record')} has neither numbers/target fields nor a reference")
+        raise TaskError(
+            f"countdown: {record.get('source', 'the record')} has neither numbers/target fields nor a reference"
+        )
     ref = str(ref)
     try:
         data = json.loads(ref)
@@ -104,7 +110,9 @@ def _problem(record: dict) -> tuple[list[int], int]:
         _, used = parse(lhs)
         return used, int(rhs.strip())
     except (ExprError, ValueError) as err:
-        raise TaskError(f"countdown: {record.get('source', 'the record')}: cannot read numbers and target from reference {ref!r}") from err
+        raise TaskError(
+            f"countdown: {record.get('source', 'the record')}: cannot read numbers and target from reference {ref!r}"
+        ) from err
 
 
 def extract_answer(response: str) -> str | None:

@@ -94,7 +94,9 @@ def _puzzle(rng: random.Random, n: int, ops: tuple[str, ...]) -> tuple[list[str]
             statements.append(stmt)
         if solutions(statements, n) == 1 << truth:
             return names, truth, statements
-    raise TaskError(f"knights_knaves: could not build a puzzle with exactly one solution for {n} people and ops {ops}")
+    raise TaskError(
+        f"knights_knaves: could not build a puzzle with exactly one solution for {n} people and ops {ops}"
+    )
 
 
 def _say(stmt: tuple, names: list[str]) -> str:
@@ -104,15 +106,26 @@ def _say(stmt: tuple, names: list[str]) -> str:
     if kind == "not":
         return f"it is not the case that {_say(stmt[1], names)}"
     a, b = _say(stmt[1], names), _say(stmt[2], names)
-    return {"and": f"{a} and {b}", "or": f"{a} or {b}", "if": f"if {a} then {b}", "iff": f"{a} if and only if {b}"}[kind]
+    return {
+        "and": f"{a} and {b}",
+        "or": f"{a} or {b}",
+        "if": f"if {a} then {b}",
+        "iff": f"{a} if and only if {b}",
+    }[kind]
 
 
 def _join_names(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + (", and " if len(names) > 2 else " and ") + names[-1]
+    return (
+        names[0]
+        if len(names) == 1
+        else ", ".join(names[:-1]) + (", and " if len(names) > 2 else " and ") + names[-1]
+    )
 
 
 def answer_text(names: list[str], truth: int) -> str:
-    return "\n".join(f"({i + 1}) {name} is a {'knight' if truth >> i & 1 else 'knave'}" for i, name in enumerate(names))
+    return "\n".join(
+        f"({i + 1}) {name} is a {'knight' if truth >> i & 1 else 'knave'}" for i, name in enumerate(names)
+    )
 
 
 def _parse_ops(ops) -> tuple[str, ...]:
@@ -138,12 +151,14 @@ def generate(n: int, seed: int, people, ops, template: str) -> list[dict]:
             said = _say(stmt, names)
             lines.append(f'{names[speaker]} {rng.choice(VERBS)}, "{said[0].upper() + said[1:]}."')
         lines.append("So who is a knight and who is a knave?")
-        rows.append({
-            "src": [template.format(puzzle=" ".join(lines))],
-            "tgt": [answer_text(names, truth)],
-            "task": "knights_knaves",
-            "people": count,
-        })
+        rows.append(
+            {
+                "src": [template.format(puzzle=" ".join(lines))],
+                "tgt": [answer_text(names, truth)],
+                "task": "knights_knaves",
+                "people": count,
+            }
+        )
     return rows
 
 
@@ -185,7 +200,9 @@ def format_ok(response: str) -> bool:
 def score(response: str, record: dict) -> tuple[float, dict]:
     expected = parse_reference(require_reference("knights_knaves", record))
     if not expected:
-        raise TaskError(f"knights_knaves: {record.get('source', 'the record')}: the reference answer lists no roles")
+        raise TaskError(
+            f"knights_knaves: {record.get('source', 'the record')}: the reference answer lists no roles"
+        )
     if "<think>" not in response and prompt_of(record).rstrip().endswith("<think>"):
         response = "<think>" + response
     fmt = format_ok(response)
@@ -197,8 +214,15 @@ def score(response: str, record: dict) -> tuple[float, dict]:
     else:
         answer, verdict = ANSWER_WRONG, "wrong"
     fmt_score = FORMAT_OK if fmt else FORMAT_BAD
-    info = {"format_ok": fmt, "format_score": fmt_score, "answer_score": answer, "verdict": verdict,
-            "expected": expected, "predicted": predicted, "correct": verdict == "correct"}
+    info = {
+        "format_ok": fmt,
+        "format_score": fmt_score,
+        "answer_score": answer,
+        "verdict": verdict,
+        "expected": expected,
+        "predicted": predicted,
+        "correct": verdict == "correct",
+    }
     return fmt_score + answer, info
 
 

@@ -47,7 +47,9 @@ class Task:
                 close = difflib.get_close_matches(key, list(self.defaults), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 known = ", ".join(sorted(self.defaults))
-                raise TaskError(f"{self.name}: unknown difficulty option {key!r}{hint}; known options: {known}")
+                raise TaskError(
+                    f"{self.name}: unknown difficulty option {key!r}{hint}; known options: {known}"
+                )
         return {**self.defaults, **difficulty}
 
     def score(self, response: str, record: dict, details: bool = False) -> float | tuple[float, dict]:
@@ -62,14 +64,16 @@ class Task:
 
 def reference_of(record: dict) -> Any:
     """The reference answer of a ppokit Record (`label`) or of a raw row (last `tgt` turn, verl ground truth)."""
-    if "label" in record and ("source" in record or "fields" in record or record.get("label") is not None):
+    is_record = "source" in record or "fields" in record
+    if record.get("label") is not None or (is_record and "label" in record):
         return record.get("label")
     tgt = record.get("tgt")
     if isinstance(tgt, list) and tgt:
         return tgt[-1]
     if isinstance(tgt, str):
         return tgt
-    ground = (record.get("reward_model") or {}).get("ground_truth") if isinstance(record.get("reward_model"), dict) else None
+    reward_model = record.get("reward_model")
+    ground = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
     if ground is not None:
         return ground if isinstance(ground, str) else json.dumps(ground)
     return None

@@ -20,6 +20,13 @@ from ppokit.training.batch import RolloutBatch
 from ppokit.training.forward import policy_forward
 
 
+def dp_world_size() -> int:
+    """Data-parallel ranks whose gradients DeepSpeed averages (losses are scaled back up by this)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
 def global_denominators(mask: torch.Tensor) -> tuple[float, float]:
     """(valid tokens, sequences) of a mini-batch summed over data-parallel ranks. mask: (b, R)."""
     totals = torch.tensor([float(mask.sum()), float(mask.shape[0])], dtype=torch.float64)
@@ -38,7 +45,7 @@ def micro_loss(module, part: RolloutBatch, args, denoms, compute_dtype, device, 
     mask = part.response_mask
     # Entropy is always logged; it carries gradient only when it is part of the loss.
     entropy_mode = "grad" if args.entropy_coeff != 0 else "detached"
-    logp, entropy = policy_forward(module, part, args.chunk_size, entropy_mode, compute_dtype, device)
+    logp, entropy = policy_forward(module, part, args.chunk_size, entropy_mode, compute_dtype, device, part.temperature)
     old = part.old_logprobs if part.old_logprobs is not None else logp.detach()
     low = args.clip_range_ratio_low if args.clip_range_ratio_low is not None else args.clip_range_ratio
     high = args.clip_range_ratio_high if args.clip_range_ratio_high is not None else args.clip_range_ratio
@@ -92,7 +99,9 @@ def actor_update(engine, batch: RolloutBatch, args, plan, compute_dtype, device,
                 add = extra_loss if (extra_loss is not None and k == 0) else None
                 loss, metrics = micro_loss(module, part, args, denoms, compute_dtype, device, add)
                 engine.set_gradient_accumulation_boundary(k == len(micro) - 1)
-                engine.backward(loss, scale_wrt_gas=False)
+                # Global denominators make the per-rank losses sum to the batch loss; DeepSpeed averages
+                # gradients over ranks, so scale back up by the world size.
+                engine.backward(loss * dp_world_size(), scale_wrt_gas=False)
                 engine.step()
                 for key, v in metrics.items():
                     sums[key] += v

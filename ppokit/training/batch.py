@@ -35,6 +35,7 @@ class RolloutBatch:
     advantages: torch.Tensor | None = None  # (B, R)
     returns: torch.Tensor | None = None  # (B, R)
     stats: dict[str, float] = field(default_factory=dict)  # rollout/reward facts for logging
+    temperature: float = 1.0  # sampling temperature of the rollout; log-probs are taken at the same one
 
     def __len__(self) -> int:
         return len(self.records)

@@ -46,8 +46,10 @@ class State:
         if ref == "disable_adapter":
             module = p.engine.module
             with module.disable_adapter():
-                return batched_logprobs(module, batch, self.logprob_batch_size, self.args.chunk_size, p.compute_dtype, p.device)
-        return batched_logprobs(ref, batch, self.logprob_batch_size, self.args.chunk_size, p.compute_dtype, p.device)
+                return batched_logprobs(module, batch, self.logprob_batch_size, self.args.chunk_size, p.compute_dtype, p.device,
+                                        batch.temperature)
+        return batched_logprobs(ref, batch, self.logprob_batch_size, self.args.chunk_size, p.compute_dtype, p.device,
+                                batch.temperature)
 
 
 def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:

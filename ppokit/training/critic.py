@@ -11,7 +11,7 @@ import torch
 from ppokit.algos.masked import masked_mean, masked_var
 from ppokit.algos.reduce import reduce_loss
 from ppokit.algos.value_loss import clipped
-from ppokit.training.actor import chunks, global_denominators
+from ppokit.training.actor import chunks, dp_world_size, global_denominators
 from ppokit.training.batch import RolloutBatch
 from ppokit.training.forward import batched_values, value_forward
 from ppokit.training.setup import lr_schedule_spec
@@ -107,7 +107,7 @@ def critic_update(critic: Critic, batch: RolloutBatch, args, plan) -> dict[str, 
                 per_token, m = clipped(values, part.values, part.returns, part.response_mask, args.clip_range_value)
                 loss = reduce_loss(per_token, part.response_mask, "token-mean", global_tokens=tokens, global_seqs=seqs)
                 engine.set_gradient_accumulation_boundary(k == len(micro) - 1)
-                engine.backward(loss, scale_wrt_gas=False)
+                engine.backward(loss * dp_world_size(), scale_wrt_gas=False)
                 engine.step()
                 sums["critic/value_loss"] += float(loss.detach())
                 sums["critic/vf_clipfrac"] += float(m["vf_clipfrac"]) / len(micro)

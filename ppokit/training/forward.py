@@ -40,7 +40,8 @@ def response_logits(model, batch: RolloutBatch) -> torch.Tensor:
     return out.logits[:, :-1, :]
 
 
-def policy_forward(model, batch: RolloutBatch, chunk_size: int, entropy: str, compute_dtype, device):
+def policy_forward(model, batch: RolloutBatch, chunk_size: int, entropy: str, compute_dtype, device,
+                   temperature: float = 1.0):
     """Response log-probs (B, R) and entropies (B, R) or None of `model` on `batch`.
 
     entropy: "grad" (differentiable), "detached" (for logging only) or "none".
@@ -48,18 +49,21 @@ def policy_forward(model, batch: RolloutBatch, chunk_size: int, entropy: str, co
     labels = batch.input_ids[:, batch.prompt_len :]
     with autocast(compute_dtype, device):
         logits = response_logits(model, batch)
-    logp = token_logprobs(logits, labels, chunk_size=chunk_size)
+    # Log-probs of the distribution that was sampled from (logits / temperature), as verl does.
+    t = temperature if temperature and temperature > 0 else 1.0
+    logp = token_logprobs(logits, labels, chunk_size=chunk_size, temperature=t)
     ent = None
     if entropy == "grad":
-        ent = entropy_from_logits(logits, chunk_size=chunk_size)
+        ent = entropy_from_logits(logits, chunk_size=chunk_size, temperature=t)
     elif entropy == "detached":
         with torch.no_grad():
-            ent = entropy_from_logits(logits.detach(), chunk_size=chunk_size)
+            ent = entropy_from_logits(logits.detach(), chunk_size=chunk_size, temperature=t)
     return logp, ent
 
 
 @torch.no_grad()
-def batched_logprobs(model, batch: RolloutBatch, micro_batch_size: int, chunk_size: int, compute_dtype, device):
+def batched_logprobs(model, batch: RolloutBatch, micro_batch_size: int, chunk_size: int, compute_dtype, device,
+                     temperature: float = 1.0):
     """(B, R) log-probs of the responses under `model`, computed in micro-batches without grad."""
     was_training = model.training
     model.eval()
@@ -68,7 +72,7 @@ def batched_logprobs(model, batch: RolloutBatch, micro_batch_size: int, chunk_si
         for start in range(0, len(batch), micro_batch_size):
             idx = list(range(start, min(start + micro_batch_size, len(batch))))
             part = batch.select(idx).trimmed()
-            logp, _ = policy_forward(model, part, chunk_size, "none", compute_dtype, device)
+            logp, _ = policy_forward(model, part, chunk_size, "none", compute_dtype, device, temperature)
             out[start : start + len(idx), : logp.shape[1]] = logp.float() * part.response_mask
     finally:
         model.train(was_training)

@@ -38,10 +38,12 @@ def generate(state, records: list[dict], sampling: SamplingParams, group_offset:
     prompt_ids = [r["_prompt_ids"] for r in records]
     texts = [r["_prompt_text"] for r in records]
     out = state.rollout_engine.generate(prompt_ids, sampling)
-    return build_batch(
+    batch = build_batch(
         records, prompt_ids, texts, out.prompt_index, out.response_ids, out.finish_reasons,
         state.policy.tokenizer, rollout_logprobs=out.logprobs, group_offset=group_offset,
     )
+    batch.temperature = sampling.temperature if sampling.temperature > 0 else 1.0
+    return batch
 
 
 def draw_local_prompts(state) -> tuple[list[dict], int]:
@@ -112,7 +114,7 @@ def attach_logprobs(state, args, batch: RolloutBatch) -> None:
     several_updates = state.plan.optimizer_steps_per_rollout > 1
     if several_updates or (args.rl_algorithm in KL_IN_REWARD and args.kl_coeff > 0):
         batch.old_logprobs = batched_logprobs(
-            policy.engine.module, batch, mbs, args.chunk_size, policy.compute_dtype, policy.device
+            policy.engine.module, batch, mbs, args.chunk_size, policy.compute_dtype, policy.device, batch.temperature
         )
     if state.critic is not None:
         batch.values = state.critic.values(batch)
