@@ -90,12 +90,12 @@ _OPTIONS: dict[str, tuple[str, bool]] = {
     "dry_run": ("dry_run", False), "help": ("help", False), "h": ("help", False),
 }
 
-_PS = ("ppokit trains data-parallel (collective) only: parameter-server training is a PaddlePaddle "
-       "mode with no counterpart here; drop it (and --run_mode ps)")
+_PS = ("parameter-server training is a PaddlePaddle mode with no PyTorch counterpart here; ppokit trains "
+       "data-parallel (collective) only, so drop this option")
 _REFUSED: dict[str, str] = {
-    "ips": "--ips is the old multi-node form; give --nnodes N --master IP:PORT and --rank R on each node "
+    "ips": "it is the old multi-node form; give --nnodes N --master IP:PORT and --rank R on each node "
            "instead (or a DeepSpeed --hostfile)",
-    "xpus": "--xpus selects Kunlun XPUs, which PyTorch does not drive; use --devices with CUDA GPUs",
+    "xpus": "it selects Kunlun XPUs, which PyTorch does not drive; use --devices with CUDA GPUs",
     "servers": _PS, "trainers": _PS, "server_num": _PS, "trainer_num": _PS, "heter_workers": _PS,
 }
 
@@ -193,7 +193,7 @@ def _launcher(raw: dict[str, object]) -> str:
 def _run_mode(raw: dict[str, object]) -> None:
     mode = str(raw.get("run_mode", "collective"))
     if mode in ("ps", "ps_heter", "ps-heter", "rpc"):
-        raise LaunchError(f"--run_mode {mode}: {_PS}.")
+        raise LaunchError(f"--run_mode {mode} is not supported: {_PS}.")
     if mode != "collective":
         raise LaunchError(f"--run_mode {mode!r} is unknown; the only mode is collective (data-parallel).")
 
@@ -340,9 +340,10 @@ def launch_notes(spec: LaunchSpec, machine: Machine) -> list[str]:
     notes = []
     if machine.gpu_count == 0 and not spec.hostfile:
         count = spec.nproc_per_node or len(spec.devices or ()) or 1
-        devices = f' --devices "{",".join(spec.devices)}" only sets how many;' if spec.devices else ""
-        notes.append(f"no CUDA GPU is visible, so the {count} process(es) run on the CPU and talk over gloo;{devices} "
-                     "GPU ids are ignored.")
+        devices = (f'; --devices "{",".join(spec.devices)}" only sets how many, its GPU ids are ignored'
+                   if spec.devices else "")
+        what = "the process runs" if count == 1 else f"the {count} processes run"
+        notes.append(f"no CUDA GPU is visible, so {what} on the CPU with the gloo backend{devices}.")
     if spec.job_id is not None:
         used = spec.launcher == "torchrun" and spec.nnodes > 1 and spec.node_rank is None
         notes.append(f"--job_id {spec.job_id} " + ("names torchrun's c10d rendezvous." if used else

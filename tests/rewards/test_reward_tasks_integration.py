@@ -62,3 +62,22 @@ def test_server_scores_equal_in_process_scores(live_server, protocol, names):
                                     prompts, responses, records)
     assert remote.tolist() == local.tolist()
     assert len(set(local.tolist())) > 1
+
+
+def test_build_from_real_arguments():
+    args_mod = pytest.importorskip("ppokit.args")
+    from ppokit.rewards import build_reward_functions
+
+    args = args_mod.load_arguments(overrides={"use_rule_reward": True, "task": "knights_knaves"})
+    fns = build_reward_functions(args)
+    records = records_of("knights_knaves", 2)
+    for r in records:
+        r["task"] = None  # the `task` argument is the default
+    responses = [tasks.get("knights_knaves").solution(r) for r in records]
+    total, per_fn = compute_rewards(fns, [r["prompt"] for r in records], responses, records)
+    assert total.tolist() == [3.0, 3.0] and list(per_fn) == ["rule"]
+    server = build_reward_functions(args_mod.load_arguments(overrides={
+        "use_rm_server": True, "reward_server": "http://127.0.0.1:8731", "reward_on_error": "skip_group",
+        "reward_timeout": 5.0, "reward_max_retries": 1}))
+    client = server[0].fn.__self__
+    assert server[0].allow_none and client.max_retries == 1 and client.endpoint == "http://127.0.0.1:8731"
