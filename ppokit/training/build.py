@@ -146,9 +146,7 @@ def encode(records, tokenizer, max_prompt_len, encode_prompts):
     for record, tokens in zip(kept, ids):
         record["_prompt_text"] = render_prompt(record, tokenizer)
         record["_prompt_ids"] = tokens
-    if dropped:
-        logger.warning("dropped %d prompts longer than max_prompt_len=%d tokens", dropped, max_prompt_len)
-    return kept
+    return kept  # encode_prompts already reported how many were dropped
 
 
 def build_kl_controller(args):
