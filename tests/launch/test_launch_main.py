@@ -1,6 +1,7 @@
 """main(): dry runs, user errors, exit codes, and real 2-process gloo runs on this CPU."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +57,7 @@ def _launch(*argv):
 
 
 def _rank0_lines(stdout):
-    return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line and " " not in line)
+    return dict(re.match(r"(\w+)=(.*)$", line).groups() for line in stdout.splitlines() if re.match(r"\w+=", line))
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])

@@ -1,0 +1,105 @@
+"""The one place ppokit's DeepSpeed configuration is generated.
+
+Precision: trainable weights and optimizer state are float32 in DeepSpeed (its bf16 section stays
+off) and forwards run under `torch.autocast` (`ppokit.models.loading.autocast_context`). DeepSpeed's
+bf16 mode does run on this CPU with ZeRO 0/1/2, but it casts the module to bfloat16: the weights the
+rollout and the reference see lose precision (updates below bf16 resolution vanish from them),
+and actor, reference and old log-probs would be computed on differently rounded weights. fp16 is
+only used on CUDA, through DeepSpeed's fp16 mode with dynamic loss scaling.
+
+Optimizer: AdamW with PaddleNLP's keys (learning_rate, adam_beta1/2, adam_epsilon, weight_decay,
+max_grad_norm → gradient_clipping). Without offload it is plain `torch.optim.AdamW`
+("torch_adam": true), so nothing is compiled on first use; with optimizer offload DeepSpeed's
+CPU Adam is used, which DeepSpeed compiles with the system compiler the first time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import torch
+
+log = logging.getLogger("ppokit")
+
+
+def zero_settings(sharding, offload_level="") -> tuple[int, bool]:
+    """PaddleNLP's `sharding` ("stage1" | "stage2" | "stage3", optionally with "offload"; a string
+    or a list) and `offload_level` (space-separated; "optimizer" offloads the optimizer) →
+    (ZeRO stage, offload optimizer to CPU).
+
+    Unlike PaddleNLP, which ignores sharding in a single-process run, the stage is kept as asked:
+    ZeRO with one process is valid and optimizer offload still saves accelerator memory.
+    """
+    words = _words(sharding)
+    stages = [int(w[len("stage") :]) for w in words if w.startswith("stage") and w[len("stage") :].isdigit()]
+    unknown = [w for w in words if w != "offload" and not (w.startswith("stage") and w[5:] in {"1", "2", "3"})]
+    if unknown:
+        raise ValueError(
+            f"sharding {sharding!r} has unknown part(s) {unknown}; use 'stage1', 'stage2' or 'stage3', "
+            "optionally followed by 'offload'."
+        )
+    offload = "offload" in words or "optimizer" in _words(offload_level)
+    return (max(stages) if stages else 0), offload
+
+
+def _words(value) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return value.replace(",", " ").split()
+    return [w for item in value for w in str(item).replace(",", " ").split()]
+
+
+def deepspeed_config(
+    *,
+    zero_stage: int,
+    offload_optimizer: bool,
+    micro_batch_size: int,
+    grad_accum: int,
+    world_size: int,
+    lr: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    max_grad_norm: float = 1.0,
+    bf16: bool = False,
+    fp16: bool = False,
+    device="cpu",
+) -> dict:
+    """A DeepSpeed config dict for one trained model (actor or critic); logged once as JSON.
+
+    `grad_accum` is the number of micro-batches per optimizer step on each rank; ppokit sets the
+    accumulation boundary itself (see `ppokit.engine.micro_batch_backward`), so this only has to
+    be consistent with `train_batch_size`.
+    """
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, got {zero_stage}.")
+    on_cuda = torch.device(device).type == "cuda"
+    if offload_optimizer and not on_cuda:
+        log.info("offloading the optimizer to CPU has no effect when training on %s; not offloading", device)
+        offload_optimizer = False
+    if offload_optimizer and zero_stage == 0:
+        log.info("optimizer offload needs ZeRO; using ZeRO stage 1 for it")
+        zero_stage = 1
+    zero: dict = {"stage": zero_stage}
+    if offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    params = {"lr": lr, "betas": list(betas), "eps": eps, "weight_decay": weight_decay}
+    if not offload_optimizer:
+        params["torch_adam"] = True
+    config = {
+        "train_micro_batch_size_per_gpu": micro_batch_size,
+        "gradient_accumulation_steps": grad_accum,
+        "train_batch_size": micro_batch_size * grad_accum * world_size,
+        "gradient_clipping": max_grad_norm if max_grad_norm and max_grad_norm > 0 else 0.0,
+        "optimizer": {"type": "AdamW", "params": params},
+        "zero_optimization": zero,
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+    if fp16 and on_cuda:
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    log.info("DeepSpeed config: %s", json.dumps(config, sort_keys=True))
+    return config
