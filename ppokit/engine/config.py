@@ -43,6 +43,11 @@ def zero_settings(sharding, offload_level="") -> tuple[int, bool]:
     return (max(stages) if stages else 0), offload
 
 
+def zero_stage_from(sharding) -> int:
+    """The ZeRO stage of PaddleNLP's `sharding` value (0 when empty); see `zero_settings`."""
+    return zero_settings(sharding)[0]
+
+
 def _words(value) -> list[str]:
     if value is None:
         return []

@@ -226,8 +226,11 @@ def load_tokenizer(path: str, padding_side: str = "left"):
 
 def attention_implementation(use_flash_attention: bool) -> str:
     """PaddleNLP's `use_flash_attention` → "flash_attention_2" when flash-attn is importable, else "sdpa"."""
-    if use_flash_attention and importlib.util.find_spec("flash_attn") is not None and torch.cuda.is_available():
+    if not use_flash_attention:
+        return "sdpa"
+    if importlib.util.find_spec("flash_attn") is not None and torch.cuda.is_available():
         return "flash_attention_2"
+    log.info("use_flash_attention: flash-attn is not usable here (needs CUDA and the flash-attn package); using SDPA")
     return "sdpa"
 
 
@@ -284,15 +287,31 @@ def load_causal_lm(
         kwargs["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_recompute(model)
     if lora is not None:
-        model = _add_lora(model, lora, gradient_checkpointing)
+        model = apply_lora(model, lora, gradient_checkpointing)
     return model
 
 
-def _add_lora(model, spec: LoraSpec, gradient_checkpointing: bool):
+def enable_recompute(model) -> None:
+    """Non-reentrant activation checkpointing (PaddleNLP's `recompute`) on a transformers model."""
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def is_recomputing(model) -> bool:
+    """Whether activation checkpointing is on anywhere in `model`."""
+    return any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+
+
+def apply_lora(model, spec: LoraSpec, gradient_checkpointing: bool | None = None):
+    """Wrap a causal LM in peft LoRA adapters on the projections of `spec` that the model has."""
     from peft import LoraConfig, get_peft_model
 
+    if gradient_checkpointing is None:
+        gradient_checkpointing = is_recomputing(model)
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [t for t in spec.target_modules if t in names]
     if not targets:

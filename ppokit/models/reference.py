@@ -1,86 +1,94 @@
 """The frozen reference policy for KL terms.
 
-Without LoRA the reference is a second, frozen copy of the initial actor. With LoRA it is the actor
-itself with its adapters switched off (peft's `disable_adapter()`): the base weights never train, so
-that *is* the initial policy, at no extra memory.
+A reference is called exactly like the actor's causal LM — `ref(input_ids=..., attention_mask=...,
+position_ids=..., logits_to_keep=..., use_cache=False).logits` — inside the caller's autocast, so
+reference and actor log-probs come from the same code (`ReferencePolicy`). It never has gradients.
 
-Both kinds satisfy `ReferencePolicy`: `forward_logits(input_ids, attention_mask)` returns the
-logits (B, T, V) under `torch.no_grad()` in eval mode; turning them into log-probs is the caller's
-job (ppokit.algos), exactly as for the actor.
+Without LoRA it is a second, frozen copy of the initial actor (eval mode, requires_grad False).
+With LoRA it is the actor itself with its adapters switched off (peft's `disable_adapter()`): the
+base weights never train, so that *is* the initial policy, at no extra memory.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
-from ppokit.models.loading import autocast_context, load_causal_lm
+from ppokit.models.loading import load_causal_lm
 
 
 class ReferencePolicy(Protocol):
-    def forward_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, V) of the reference policy for `input_ids` (B, T); no gradients."""
+    training: bool
+
+    def __call__(self, **model_inputs: Any) -> Any:
+        """The causal-LM output (with `.logits`) for `model_inputs`, computed without gradients."""
         ...
 
+    def eval(self) -> Any: ...
 
-class FrozenReference:
-    """A separate frozen model (eval mode, requires_grad False)."""
-
-    def __init__(self, model, compute_dtype: torch.dtype = torch.float32):
-        self.module = model.eval()
-        self.module.requires_grad_(False)
-        self.compute_dtype = compute_dtype
-
-    @torch.no_grad()
-    def forward_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        device = next(self.module.parameters()).device
-        with autocast_context(self.compute_dtype, device):
-            out = self.module(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        return out.logits
+    def train(self, mode: bool = True) -> Any: ...
 
 
 class AdapterDisabledReference:
-    """The LoRA actor with adapters disabled, run in eval mode (its train/eval mode is restored)."""
+    """The LoRA actor with adapters disabled, run in eval mode and without gradients.
 
-    def __init__(self, peft_model, compute_dtype: torch.dtype = torch.float32):
+    The actor's own train/eval mode is restored after each call; `eval()`/`train()` on this
+    view only record the mode asked for (the reference is always evaluated in eval mode).
+    """
+
+    def __init__(self, peft_model):
         if not hasattr(peft_model, "disable_adapter"):
             raise TypeError(
                 "A LoRA reference needs the peft-wrapped actor (with disable_adapter()); "
                 f"got {type(peft_model).__name__}. Pass the unwrapped actor module."
             )
         self.module = peft_model
-        self.compute_dtype = compute_dtype
+        self.training = False
 
-    @torch.no_grad()
-    def forward_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def __call__(self, **model_inputs: Any) -> Any:
         was_training = self.module.training
-        device = next(self.module.parameters()).device
         self.module.eval()
         try:
-            with self.module.disable_adapter(), autocast_context(self.compute_dtype, device):
-                out = self.module(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            with torch.no_grad(), self.module.disable_adapter():
+                return self.module(**model_inputs)
         finally:
             self.module.train(was_training)
-        return out.logits
+
+    def eval(self) -> AdapterDisabledReference:
+        self.training = False
+        return self
+
+    def train(self, mode: bool = True) -> AdapterDisabledReference:
+        self.training = mode
+        return self
+
+
+def freeze(model):
+    """Eval mode and requires_grad False on every parameter; returns the model."""
+    model.requires_grad_(False)
+    return model.eval()
 
 
 def load_reference(
     actor_model,
-    path: str,
+    path: str | None,
     dtype: torch.dtype = torch.float32,
     device="cpu",
     lora_used: bool = False,
-    compute_dtype: torch.dtype = torch.float32,
     attn_implementation: str | None = None,
 ) -> ReferencePolicy:
-    """The reference policy for `actor_model` (loaded from `path`).
+    """The reference policy for `actor_model`, which was loaded from `path`.
 
-    Give the actor's `dtype` and `compute_dtype` so that the reference computes exactly as the
-    actor does (KL = 0 before the first update). With `lora_used`, `actor_model` must be the
-    unwrapped peft model and nothing is loaded.
+    Give the actor's `dtype` so the reference computes exactly as the actor (KL = 0 before the
+    first update). With `lora_used`, `actor_model` must be the unwrapped peft model and nothing is
+    loaded. Without a `path` (an in-memory actor) the reference is a frozen plain copy of the actor.
     """
     if lora_used:
-        return AdapterDisabledReference(actor_model, compute_dtype)
+        return AdapterDisabledReference(actor_model)
+    if path is None:
+        from ppokit.models.weights import plain_copy
+
+        return freeze(plain_copy(actor_model, dtype))
     model = load_causal_lm(path, dtype=dtype, device=device, attn_implementation=attn_implementation)
-    return FrozenReference(model, compute_dtype)
+    return freeze(model)

@@ -1,10 +1,11 @@
 """The PPO critic: a causal-LM backbone with a scalar value head.
 
-`ValueModel(input_ids, attention_mask) -> values (B, T)`: one value per position (the value of the
-state after token t). The backbone is the base model (`AutoModel`) of any causal-LM folder; the head
-is `nn.Linear(hidden, 1)`. The head is initialised, in order of preference, from
-`value_head.safetensors` in the folder (a ppokit-saved critic), from a reward model's `score.weight`
-(PaddleNLP initialises the critic from the reward model), or fresh with small weights.
+`ValueModel(input_ids, attention_mask, position_ids=None) -> values (B, T)` float32: one value per
+position. The backbone is the base model (`AutoModel`) of any causal-LM folder; the head is
+`nn.Linear(hidden, 1)`, evaluated in float32 even under autocast. The head comes, in order of
+preference, from `value_head.safetensors` in the folder (a ppokit-saved critic), from a reward
+model's `score.weight` (PaddleNLP starts the critic from the reward model), or fresh and small.
+Autocast is the caller's (as for the actor).
 """
 
 from __future__ import annotations
@@ -16,55 +17,65 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ppokit.models.loading import autocast_context
+from ppokit.models.loading import enable_recompute
 
 HEAD_FILE = "value_head.safetensors"
 
 
 class ValueModel(nn.Module):
-    """Backbone + `value_head` (nn.Linear(hidden, 1)); forward returns float32 values (B, T)."""
+    """Backbone + `value_head` (nn.Linear(hidden, 1))."""
 
-    def __init__(self, backbone: nn.Module, head: nn.Linear, compute_dtype: torch.dtype = torch.float32):
+    def __init__(self, backbone: nn.Module, head: nn.Linear):
         super().__init__()
         self.backbone = backbone
         self.value_head = head
-        self.compute_dtype = compute_dtype
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        with autocast_context(self.compute_dtype, input_ids.device):
-            hidden = self.backbone(
-                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-            ).last_hidden_state
-            values = self.value_head(hidden)
-        return values.squeeze(-1).float()
+    def forward(self, input_ids, attention_mask, position_ids=None) -> torch.Tensor:
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+        with torch.autocast(device_type=hidden.device.type, enabled=False):
+            head = self.value_head
+            values = nn.functional.linear(hidden.float(), head.weight.float(), head.bias.float())
+        return values.squeeze(-1)
 
 
 def load_value_model(
-    path: str,
+    path: str | None,
     dtype: torch.dtype = torch.float32,
     device="cpu",
     gradient_checkpointing: bool = False,
-    compute_dtype: torch.dtype = torch.float32,
     attn_implementation: str | None = None,
+    backbone: nn.Module | None = None,
 ) -> ValueModel:
-    """A critic whose backbone comes from the causal-LM (or reward-model) folder `path`."""
-    from transformers import AutoModel
+    """A critic whose backbone comes from the causal-LM (or reward-model) folder `path`, or — with
+    `path=None` — a copy of the causal LM module `backbone` (e.g. the actor; LoRA merged)."""
+    if path is None:
+        if backbone is None:
+            raise ValueError("load_value_model needs a model folder (path) or a causal LM to copy (backbone).")
+        from ppokit.models.weights import plain_copy, plain_model
 
-    kwargs = {"dtype": dtype}
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
-    backbone = AutoModel.from_pretrained(path, **kwargs)
+        prefix = plain_model(backbone).base_model_prefix + "."
+        base = plain_copy(backbone, dtype, auto_class="AutoModel", prefix=prefix).to(device)
+        base.requires_grad_(True)
+    else:
+        from transformers import AutoModel
+
+        kwargs = {"dtype": dtype}
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        base = AutoModel.from_pretrained(path, **kwargs).to(device)
     if gradient_checkpointing:
-        backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    hidden = backbone.config.get_text_config().hidden_size
-    head = nn.Linear(hidden, 1, dtype=dtype)
-    state = _saved_head(path, hidden)
+        enable_recompute(base)
+    hidden = base.config.get_text_config().hidden_size
+    head = nn.Linear(hidden, 1, dtype=dtype, device=device)
+    state = _saved_head(path, hidden) if path is not None else None
     if state is None:
         nn.init.normal_(head.weight, mean=0.0, std=1.0 / (hidden + 1))
         nn.init.zeros_(head.bias)
     else:
         head.load_state_dict({k: v.to(dtype) for k, v in state.items()})
-    return ValueModel(backbone, head, compute_dtype).to(device)
+    return ValueModel(base, head)
 
 
 def save_value_model(model: ValueModel, out_dir: str | os.PathLike) -> None:
@@ -78,6 +89,21 @@ def save_value_model(model: ValueModel, out_dir: str | os.PathLike) -> None:
     save_file(state, str(out_dir / HEAD_FILE))
 
 
+@torch.no_grad()
+def load_value_state(model: ValueModel, folder: str | os.PathLike) -> None:
+    """Load a critic saved by `save_value_model` into an existing `ValueModel` (same architecture)."""
+    from safetensors.torch import load_file
+    from transformers import AutoModel
+
+    folder = Path(folder)
+    if not (folder / HEAD_FILE).is_file():
+        raise FileNotFoundError(f"{folder} holds no {HEAD_FILE}; it was not written by save_value_model.")
+    dtype = next(model.backbone.parameters()).dtype
+    saved = AutoModel.from_pretrained(str(folder), dtype=dtype)
+    model.backbone.load_state_dict(saved.state_dict())
+    model.value_head.load_state_dict(load_file(str(folder / HEAD_FILE)))
+
+
 def _saved_head(path: str, hidden: int) -> dict[str, torch.Tensor] | None:
     from safetensors import safe_open
     from safetensors.torch import load_file
@@ -87,12 +113,13 @@ def _saved_head(path: str, hidden: int) -> dict[str, torch.Tensor] | None:
         return load_file(str(folder / HEAD_FILE))
     for file in _safetensors_files(folder):
         with safe_open(str(file), framework="pt") as f:
-            if "score.weight" in f.keys():
-                weight = f.get_tensor("score.weight")
-                if tuple(weight.shape) != (1, hidden):
-                    return None
-                bias = f.get_tensor("score.bias") if "score.bias" in f.keys() else torch.zeros(1)
-                return {"weight": weight, "bias": bias}
+            if "score.weight" not in f.keys():
+                continue
+            weight = f.get_tensor("score.weight")
+            if tuple(weight.shape) != (1, hidden):
+                return None
+            bias = f.get_tensor("score.bias") if "score.bias" in f.keys() else torch.zeros(1)
+            return {"weight": weight, "bias": bias}
     return None
 
 

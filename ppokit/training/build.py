@@ -42,19 +42,13 @@ class State:
     def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         """(B, R) reference log-probs: the frozen copy, or the actor with LoRA adapters disabled."""
         p = self.policy
-        ref = p.reference
-        if ref == "disable_adapter":
-            module = p.engine.module
-            with module.disable_adapter():
-                return batched_logprobs(module, batch, self.logprob_batch_size, self.args.chunk_size, p.compute_dtype, p.device,
-                                        batch.temperature)
-        return batched_logprobs(ref, batch, self.logprob_batch_size, self.args.chunk_size, p.compute_dtype, p.device,
+        return batched_logprobs(p.reference, batch, self.logprob_batch_size, self.args.chunk_size, p.compute_dtype, p.device,
                                 batch.temperature)
 
 
 def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
     """Tokenizer, actor in a DeepSpeed engine, and the reference (only when a KL term is used)."""
-    from ppokit.engine import build_engine, deepspeed_config
+    from ppokit.engine import build_engine, deepspeed_config, zero_stage_from
     from ppokit.models import LoraSpec, dtype_for, load_causal_lm, load_reference, load_tokenizer, resolve_model_path
     from ppokit.training.phases import needs_reference
 
@@ -76,10 +70,10 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
     check_lengths(args, getattr(model.config, "max_position_embeddings", None))
     reference = None
     if needs_reference(args):
-        reference = "disable_adapter" if lora is not None else load_reference(model, path, dtype=param_dtype, device=device)
+        reference = load_reference(model, path, dtype=param_dtype, device=device, lora_used=lora is not None)
     total_steps = plan.optimizer_steps_per_rollout * max(args.max_steps, 1)
     ds = deepspeed_config(
-        zero_stage=args.zero_stage, offload_optimizer="optimizer" in args.offload_level,
+        zero_stage=zero_stage_from(args.sharding), offload_optimizer="optimizer" in args.offload_level,
         micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
         world_size=plan.world_size, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
         eps=args.adam_epsilon, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
@@ -172,7 +166,7 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
         fns = [fns]
     fns = [normalize_reward_fn(f) for f in fns]
     rollout_engine = make_rollout_engine(
-        args.rollout_engine, args.use_fusemt, policy.engine.module, policy.tokenizer,
+        args.rollout_engine, args.use_fusemt, policy.engine.module, policy.tokenizer, model_path=policy.model_path,
         batch_size=args.per_device_rollout_batch_size if args.per_device_rollout_batch_size > 0 else None,
         compute_dtype=policy.compute_dtype,
     )

@@ -1,0 +1,69 @@
+"""Rollout engines: the `RolloutEngine` protocol, transformers' generate (hf) and vLLM."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ppokit.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, check_prompts
+from ppokit.rollout.hf_engine import HFRolloutEngine, eos_token_ids
+from ppokit.rollout.vllm_engine import VLLMRolloutEngine, vllm_available, vllm_sampling_kwargs
+
+__all__ = [
+    "HFRolloutEngine",
+    "RolloutEngine",
+    "RolloutOutput",
+    "SamplingParams",
+    "VLLMRolloutEngine",
+    "check_prompts",
+    "eos_token_ids",
+    "make_rollout_engine",
+    "vllm_available",
+    "vllm_sampling_kwargs",
+]
+
+log = logging.getLogger("ppokit")
+_noted: set[str] = set()
+
+
+def _note_once(message: str) -> None:
+    if message not in _noted:
+        _noted.add(message)
+        log.warning(message)
+
+
+def make_rollout_engine(
+    kind: str | None,
+    use_fusemt: bool,
+    model,
+    tokenizer,
+    *,
+    model_path: str | None = None,
+    batch_size: int | None = None,
+    compute_dtype: torch.dtype | None = None,
+    **vllm_kwargs,
+) -> RolloutEngine:
+    """Choose the rollout engine.
+
+    `kind` "vllm" (or None with `use_fusemt`, PaddleNLP's fast-generation switch) → vLLM when it is
+    installed and the actor has a folder (`model_path`), else the hf engine with a one-time note;
+    "hf" → the hf engine. `vllm_kwargs` go to `VLLMRolloutEngine` (tensor_parallel_size,
+    gpu_memory_utilization, max_model_len, seed, return_logprobs). The hf engine generates in
+    `compute_dtype` (a copy of the weights in that dtype when it is lower than theirs, e.g. bf16)
+    and `batch_size` prompts per generate call (None = all).
+    """
+    if kind not in (None, "hf", "vllm"):
+        raise ValueError(f"Unknown rollout engine {kind!r}; choose 'hf' or 'vllm'.")
+    wants_vllm = kind == "vllm" or (kind is None and use_fusemt)
+    asked = "the vllm rollout engine was asked for" if kind == "vllm" else "use_fusemt asked for the fast path"
+    if wants_vllm and not vllm_available():
+        _note_once(f"{asked} but vLLM is not installed; using the hf engine")
+    elif wants_vllm and model_path is None:
+        _note_once(f"{asked} but vLLM needs the actor's model folder (model_path); using the hf engine")
+    elif wants_vllm:
+        engine = VLLMRolloutEngine(model_path, tokenizer, eos_token_ids(model, tokenizer), **vllm_kwargs)
+        engine.update_weights(model)
+        return engine
+    dtype = compute_dtype if compute_dtype not in (None, torch.float32) else None
+    return HFRolloutEngine(model, tokenizer, batch_size=batch_size, dtype=dtype)

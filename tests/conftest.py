@@ -1,0 +1,19 @@
+"""Fixtures shared by all test rooms (keep small: tiny models only, built in code)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppokit.testing import save_tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """A tiny random Llama + byte-level ChatML tokenizer saved as a HF folder (eos <|im_end|>, pad <pad>)."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-llama") / "model", arch="llama", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_dir(tmp_path_factory) -> str:
+    """Like `tiny_model_dir`, as a Qwen2 architecture."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-qwen2") / "model", arch="qwen2", seed=1)

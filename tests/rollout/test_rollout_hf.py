@@ -1,0 +1,143 @@
+import pytest
+import torch
+from torch import nn
+
+from ppokit.rollout import HFRolloutEngine, SamplingParams
+from ppokit.testing import tiny_causal_lm, tiny_tokenizer
+
+TOK = tiny_tokenizer()
+EOS = TOK.eos_token_id
+PAD = TOK.pad_token_id
+FAVOURITE = TOK.convert_tokens_to_ids("a")
+
+
+def scripted_model(eos_logit: float, favourite_logit: float = 5.0):
+    """A tiny LM whose next-token distribution is fixed: logits = bias (zero weights)."""
+    model = tiny_causal_lm(TOK, seed=0)
+    head = nn.Linear(model.config.hidden_size, len(TOK), bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.bias[FAVOURITE] = favourite_logit
+        head.bias[EOS] = eos_logit
+        head.bias[PAD] = -100.0
+    model.config.tie_word_embeddings = False
+    model.set_output_embeddings(head)
+    return model
+
+
+PROMPTS = [TOK("hello there").input_ids, TOK("hi").input_ids, TOK("a longer prompt, with padding").input_ids]
+
+
+def test_greedy_stop_strips_everything_after_eos():
+    engine = HFRolloutEngine(scripted_model(eos_logit=50.0), TOK)
+    out = engine.generate(PROMPTS, SamplingParams(temperature=0.0, max_new_tokens=6))
+    assert out.response_ids == [[EOS]] * 3 and out.finish_reasons == ["stop"] * 3
+    assert out.num_truncated == 0 and out.logprobs is None
+
+
+def test_min_new_tokens_holds_eos_back():
+    engine = HFRolloutEngine(scripted_model(eos_logit=50.0), TOK)
+    out = engine.generate(PROMPTS[:1], SamplingParams(temperature=0.0, max_new_tokens=6, min_new_tokens=3))
+    assert out.response_ids == [[FAVOURITE, FAVOURITE, FAVOURITE, EOS]]
+
+
+def test_responses_without_eos_are_flagged_truncated():
+    engine = HFRolloutEngine(scripted_model(eos_logit=-50.0), TOK)
+    out = engine.generate(PROMPTS, SamplingParams(temperature=0.0, max_new_tokens=5))
+    assert out.response_ids == [[FAVOURITE] * 5] * 3
+    assert out.finish_reasons == ["length"] * 3 and out.num_truncated == 3
+
+
+def test_sampled_mix_of_stopped_and_truncated_rows_is_consistent():
+    engine = HFRolloutEngine(scripted_model(eos_logit=4.0, favourite_logit=4.0), TOK)
+    torch.manual_seed(0)
+    out = engine.generate(PROMPTS, SamplingParams(n=8, temperature=1.0, max_new_tokens=4))
+    assert len(out) == 24 and out.prompt_index == [i for i in range(3) for _ in range(8)]
+    for ids, reason in zip(out.response_ids, out.finish_reasons):
+        assert PAD not in ids
+        if reason == "stop":
+            assert ids[-1] == EOS and EOS not in ids[:-1] and len(ids) <= 4
+        else:
+            assert reason == "length" and len(ids) == 4 and EOS not in ids
+    assert 0 < out.num_truncated < 24  # both kinds occur (P(eos) = 1/2 per step)
+
+
+def test_left_padded_batches_match_one_prompt_at_a_time():
+    model = tiny_causal_lm(TOK, seed=3)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=8, n=2)
+    together = HFRolloutEngine(model, TOK).generate(PROMPTS, greedy)
+    alone = HFRolloutEngine(model, TOK, batch_size=1).generate(PROMPTS, greedy)
+    assert together.response_ids == alone.response_ids
+    assert together.prompt_index == [0, 0, 1, 1, 2, 2]
+    for i, prompt in enumerate(PROMPTS):
+        single = HFRolloutEngine(model, TOK).generate([prompt], greedy)
+        assert single.response_ids == together.response_ids[2 * i : 2 * i + 2]
+
+
+def test_seeded_sampling_is_reproducible_and_leaves_the_global_rng_alone():
+    model = tiny_causal_lm(TOK, seed=4)
+    engine = HFRolloutEngine(model, TOK)
+    params = SamplingParams(n=4, temperature=1.0, top_p=0.9, top_k=50, max_new_tokens=6, seed=123)
+    torch.manual_seed(7)
+    first = engine.generate(PROMPTS, params)
+    after_first = torch.rand(1)
+    torch.manual_seed(7)
+    second = engine.generate(PROMPTS, params)
+    assert first.response_ids == second.response_ids
+    torch.manual_seed(7)
+    assert torch.equal(torch.rand(1), after_first)  # the seeded call did not consume the global stream
+    other = engine.generate(PROMPTS, SamplingParams(n=4, temperature=1.0, max_new_tokens=6, seed=124))
+    assert other.response_ids != first.response_ids
+    samples = first.response_ids[:4]
+    assert len({tuple(s) for s in samples}) > 1  # the n samples of one prompt differ
+
+
+def test_unseeded_sampling_follows_the_torch_seed():
+    engine = HFRolloutEngine(tiny_causal_lm(TOK, seed=4), TOK)
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6)
+    torch.manual_seed(11)
+    a = engine.generate(PROMPTS, params)
+    torch.manual_seed(11)
+    assert engine.generate(PROMPTS, params).response_ids == a.response_ids
+
+
+def test_training_mode_is_restored():
+    model = tiny_causal_lm(TOK, seed=0).train()
+    HFRolloutEngine(model, TOK).generate(PROMPTS[:1], SamplingParams(max_new_tokens=2))
+    assert model.training
+
+
+def test_bf16_copy_follows_update_weights():
+    model = tiny_causal_lm(TOK, seed=5)
+    engine = HFRolloutEngine(model, TOK, dtype=torch.bfloat16)
+    copy = engine.generation_model
+    assert copy is not model and next(copy.parameters()).dtype == torch.bfloat16
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05)
+    stale = copy.model.layers[0].mlp.up_proj.weight.float()
+    fresh = model.model.layers[0].mlp.up_proj.weight.to(torch.bfloat16).float()
+    assert not torch.equal(stale, fresh)
+    engine.update_weights(model)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(dict(copy.named_parameters(remove_duplicate=False))[name], p.to(torch.bfloat16))
+    out = engine.generate(PROMPTS, SamplingParams(temperature=0.0, max_new_tokens=3))
+    assert all(len(r) >= 1 for r in out.response_ids)
+
+
+def test_generation_config_eos_ids_also_stop():
+    model = scripted_model(eos_logit=-50.0)
+    with torch.no_grad():
+        model.lm_head.bias[FAVOURITE] = 50.0
+    model.generation_config.eos_token_id = [EOS, FAVOURITE]  # e.g. SmolLM2's <|im_end|> besides eos
+    out = HFRolloutEngine(model, TOK).generate(PROMPTS[:1], SamplingParams(temperature=0.0, max_new_tokens=5))
+    assert out.response_ids == [[FAVOURITE]] and out.finish_reasons == ["stop"]
+
+
+def test_empty_inputs_are_explained():
+    engine = HFRolloutEngine(tiny_causal_lm(TOK), TOK)
+    with pytest.raises(ValueError, match="no prompts"):
+        engine.generate([], SamplingParams())
+    with pytest.raises(ValueError, match=r"Prompts \[1\] are empty"):
+        engine.generate([[5], []], SamplingParams())

@@ -1,0 +1,101 @@
+"""The Session on a tiny random model: it learns, updates are exact, and the API is consistent."""
+
+import pytest
+import torch
+
+from ppokit.args import load_arguments
+from ppokit.rewards import RewardError
+from ppokit.session import Session
+from session_helpers import distinct_chars, letter_a, tiny_overrides
+
+
+def make(tiny_model_path, prompts_file, tmp_path, reward=letter_a, **extra):
+    args = load_arguments(None, overrides=tiny_overrides(tiny_model_path, prompts_file, tmp_path, **extra))
+    return Session(args, reward_functions=[reward])
+
+
+def params(session):
+    return {k: v.detach().clone() for k, v in session.model.named_parameters()}
+
+
+def test_tiny_model_learns_trivial_task(tiny_model_path, prompts_file, tmp_path):
+    s = make(tiny_model_path, prompts_file, tmp_path, max_steps=30, learning_rate=3e-3, rollout_n=8,
+             global_batch_size=4, global_mini_batch_size=4, per_device_train_batch_size=32)
+    history = s.train()
+    rewards = [h["reward/mean"] for h in history]
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert last > first + 0.15, rewards
+
+
+def test_parameters_change_after_step_and_not_with_zero_lr(tiny_model_path, prompts_file, tmp_path):
+    s = make(tiny_model_path, prompts_file, tmp_path / "a", reward=distinct_chars)
+    before = params(s)
+    s.step()
+    after = params(s)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    s0 = make(tiny_model_path, prompts_file, tmp_path / "b", learning_rate=0.0, reward=distinct_chars)
+    before = params(s0)
+    s0.step()
+    after = params(s0)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_micro_batches_give_the_same_update(tiny_model_path, prompts_file, tmp_path):
+    # One mini-batch of 8 sequences as 1x8 or as 4x2 micro-batches.
+    common = dict(global_batch_size=2, rollout_n=4, global_mini_batch_size=2)
+    big = make(tiny_model_path, prompts_file, tmp_path / "big", per_device_train_batch_size=8, reward=distinct_chars,
+               **common)
+    small = make(tiny_model_path, prompts_file, tmp_path / "small", per_device_train_batch_size=2,
+                 reward=distinct_chars, **common)
+    batch = big.rollout()
+    big.score(batch)
+    big.compute_advantages(batch)
+    big.update(batch)
+    small.update(batch)
+    pb, ps = params(big), params(small)
+    for k in pb:
+        torch.testing.assert_close(pb[k], ps[k], atol=1e-5, rtol=0)
+
+
+def test_kl_is_zero_at_first_step(tiny_model_path, prompts_file, tmp_path):
+    s = make(tiny_model_path, prompts_file, tmp_path, kl_loss_coeff=0.1, reward=distinct_chars)
+    metrics = s.step()
+    assert abs(metrics["actor/kl"]) < 1e-6
+    assert abs(metrics["actor/kl_loss"]) < 1e-6
+
+
+def test_update_iters_two_recomputes_old_logprobs(tiny_model_path, prompts_file, tmp_path):
+    one = make(tiny_model_path, prompts_file, tmp_path / "one")
+    assert one.rollout().old_logprobs is None  # a single update: old = current, no extra forward
+    two = make(tiny_model_path, prompts_file, tmp_path / "two", update_iters=2, reward=distinct_chars)
+    batch = two.rollout()
+    assert batch.old_logprobs is not None
+    assert batch.old_logprobs.shape == batch.response_mask.shape
+    metrics = two.update(batch)
+    assert metrics["actor/clipfrac"] >= 0.0
+
+
+def test_raising_or_nan_reward_stops_naming_the_function(tiny_model_path, prompts_file, tmp_path):
+    def broken_reward(prompts, responses, **kw):
+        raise ValueError("boom")
+
+    s = make(tiny_model_path, prompts_file, tmp_path / "r", reward=broken_reward)
+    with pytest.raises(RewardError, match="broken_reward"):
+        s.step()
+
+    def nan_reward(prompts, responses, **kw):
+        return [float("nan")] * len(responses)
+
+    s = make(tiny_model_path, prompts_file, tmp_path / "n", reward=nan_reward)
+    with pytest.raises(RewardError, match="nan_reward"):
+        s.step()
+
+
+def test_four_steps_equal_train_max_steps_four(tiny_model_path, prompts_file, tmp_path):
+    a = make(tiny_model_path, prompts_file, tmp_path / "a", max_steps=4, reward=distinct_chars)
+    for _ in range(4):
+        a.step()
+    b = make(tiny_model_path, prompts_file, tmp_path / "b", max_steps=4, reward=distinct_chars)
+    b.train()
+    pa, pb = params(a), params(b)
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
