@@ -79,14 +79,29 @@ def load_value_model(
 
 
 def save_value_model(model: ValueModel, out_dir: str | os.PathLike) -> None:
-    """Write the backbone as a HF folder plus `value_head.safetensors` (reloadable by `load_value_model`)."""
+    """Write the backbone as a HF folder plus `value_head.safetensors` (reloadable by `load_value_model`).
+
+    Under ZeRO-3 call it on every rank (gathering the weights is collective); only rank 0 writes.
+    """
     from safetensors.torch import save_file
 
+    from ppokit.models.weights import gathered
+
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.backbone.save_pretrained(out_dir)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.value_head.state_dict().items()}
-    save_file(state, str(out_dir / HEAD_FILE))
+    with gathered(model):
+        if _rank() != 0:
+            return
+        out_dir.mkdir(parents=True, exist_ok=True)
+        backbone = {k: v.detach().cpu().clone() for k, v in model.backbone.state_dict().items()}
+        model.backbone.save_pretrained(out_dir, state_dict=backbone)
+        state = {k: v.detach().cpu().contiguous() for k, v in model.value_head.state_dict().items()}
+        save_file(state, str(out_dir / HEAD_FILE))
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 @torch.no_grad()

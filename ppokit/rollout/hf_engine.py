@@ -56,7 +56,9 @@ class HFRolloutEngine:
         rng = torch.random.fork_rng(devices=_rng_devices(model)) if sampling.seed is not None else contextlib.nullcontext()
         model.eval()
         try:
-            with rng, torch.inference_mode():
+            # no_grad, not inference_mode: a model that updates buffers in forward (dynamic RoPE)
+            # would otherwise keep inference tensors that training cannot back-propagate through.
+            with rng, torch.no_grad():
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
                 for start in range(0, len(prompt_token_ids), step):
@@ -107,8 +109,9 @@ class HFRolloutEngine:
 
     def _cut(self, row: list[int]) -> tuple[list[int], str]:
         """Strip what follows the first EOS (padding); no EOS means the response hit max_new_tokens."""
+        stops = set(self.eos_ids)
         for t, token in enumerate(row):
-            if token in self.eos_ids:
+            if token in stops:
                 return row[: t + 1], "stop"
         return row, "length"
 

@@ -102,10 +102,16 @@ class VLLMRolloutEngine:
                     params.append(VSamplingParams(**base, seed=sampling.seed + i * sampling.n + k))
         outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
         completions = [c for out in outputs for c in sorted(out.outputs, key=lambda c: c.index)]
+        odd = {str(c.finish_reason) for c in completions} - {"stop", "length"}
+        if odd or len(completions) != len(prompt_token_ids) * sampling.n:
+            raise RuntimeError(
+                f"vLLM returned {len(completions)} responses (finish reasons {sorted(odd) or 'ok'}) for "
+                f"{len(prompt_token_ids)} prompts x n={sampling.n}; the rollout is incomplete."
+            )
         return RolloutOutput(
             prompt_index=[i for i in range(len(prompt_token_ids)) for _ in range(sampling.n)],
             response_ids=[list(c.token_ids) for c in completions],
-            finish_reasons=["length" if c.finish_reason == "length" else "stop" for c in completions],
+            finish_reasons=[str(c.finish_reason) for c in completions],
             logprobs=[_sampled_logprobs(c) for c in completions] if self.return_logprobs else None,
         )
 

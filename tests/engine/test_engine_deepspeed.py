@@ -169,3 +169,18 @@ def test_lora_actor_in_an_engine_keeps_its_reference(dist, tiny_model_dir):
         moved = unwrap(engine)(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(reference(input_ids=ids, attention_mask=mask).logits, expected)
     assert (moved - expected).abs().max() > 1e-4
+
+
+def test_critic_saved_from_a_zero3_engine_reloads(dist, tiny_model_dir, tmp_path):
+    from ppokit.models import load_value_model, save_value_model
+
+    ids, mask = _batch()
+    critic = load_value_model(tiny_model_dir)
+    with torch.no_grad():
+        critic.value_head.bias.fill_(0.5)
+        expected = critic(ids, mask)
+    engine = build_engine(critic, _config(3))
+    save_value_model(unwrap(engine), tmp_path / "critic")
+    reloaded = load_value_model(str(tmp_path / "critic"))
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids, mask), expected)

@@ -102,10 +102,13 @@ def test_unseeded_sampling_follows_the_torch_seed():
     assert engine.generate(PROMPTS, params).response_ids == a.response_ids
 
 
-def test_training_mode_is_restored():
+def test_training_mode_is_restored_and_training_continues():
     model = tiny_causal_lm(TOK, seed=0).train()
     HFRolloutEngine(model, TOK).generate(PROMPTS[:1], SamplingParams(max_new_tokens=2))
     assert model.training
+    ids = torch.tensor([PROMPTS[0]])
+    model(input_ids=ids, labels=ids).loss.backward()  # generation left nothing autograd cannot use
+    assert model.model.embed_tokens.weight.grad is not None
 
 
 def test_bf16_copy_follows_update_weights():
