@@ -74,6 +74,9 @@ def deepspeed_config(
 ) -> dict:
     """A DeepSpeed config dict for one trained model (actor or critic); logged once as JSON.
 
+    `bf16` leaves the config unchanged (autocast does bf16, see the module docstring); `fp16`
+    turns on DeepSpeed's fp16 mode on CUDA only.
+
     `grad_accum` is the number of micro-batches per optimizer step on each rank; ppokit sets the
     accumulation boundary itself (see `ppokit.engine.micro_batch_backward`), so this only has to
     be consistent with `train_batch_size`.

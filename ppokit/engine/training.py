@@ -22,8 +22,9 @@ def build_engine(model: nn.Module, ds_config: dict, lr_schedule: dict | None = N
     """`deepspeed.initialize` for `model` with `ds_config` (from `deepspeed_config`).
 
     `lr_schedule`: keyword arguments of `make_lr_lambda` (kind, total_steps, warmup_steps, min_lr,
-    ...; `lr`, if given, must equal the config's); None keeps the LR constant. The optimizer comes from the config
-    (AdamW); only parameters with requires_grad are optimised (LoRA adapters, value head ...).
+    ...; `lr`, if given, must equal the config's); None keeps the LR constant. The optimizer comes
+    from the config (AdamW); only parameters with requires_grad are optimised (LoRA adapters,
+    value head ...).
     Call `ppokit.engine.init_distributed()` first.
     """
     import deepspeed

@@ -145,6 +145,7 @@ def convert_gguf(gguf_path: str | os.PathLike) -> str:
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is readable like any model folder
     try:
         log.info("converting %s into %s (once; dequantising to float32)", gguf_path, target)
         _write_hf_folder(gguf_path, tmp)
@@ -241,7 +242,9 @@ def dtype_for(bf16: bool, fp16: bool, device) -> tuple[torch.dtype, torch.dtype]
     - bf16: (float32, bfloat16): weights and optimizer state stay float32 (master weights, also in
       DeepSpeed, whose own bf16 mode is left off), forwards run under `torch.autocast(bfloat16)`.
       The actor, the reference and old log-probs then use the same compute path, so KL is exactly 0
-      at step 0; on this CPU bf16 matmuls are ~4x faster than float32 (DESIGN §7).
+      at step 0. Measured on the 2-core CPU with SmolLM2-135M: forward+backward of 8x128 tokens
+      5.6 s float32 vs 3.5 s autocast-bf16; generation 8 prompts x 8 samples x 64 tokens 21.3 s
+      float32, 16.1 s with a bf16 copy of the weights, 13.8 s autocast-bf16 (the rollout default).
     - fp16 on CUDA: (float16, float16): DeepSpeed's fp16 mode (fp16 weights, float32 master copy in
       the optimizer, dynamic loss scaling) — fp16 without loss scaling underflows.
     - fp16 on CPU: there is no fast fp16 matmul nor loss scaling on CPU, so this is treated as bf16

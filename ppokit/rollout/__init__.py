@@ -49,9 +49,9 @@ def make_rollout_engine(
     `kind` "vllm" (or None with `use_fusemt`, PaddleNLP's fast-generation switch) → vLLM when it is
     installed and the actor has a folder (`model_path`), else the hf engine with a one-time note;
     "hf" → the hf engine. `vllm_kwargs` go to `VLLMRolloutEngine` (tensor_parallel_size,
-    gpu_memory_utilization, max_model_len, seed, return_logprobs). The hf engine generates in
-    `compute_dtype` (a copy of the weights in that dtype when it is lower than theirs, e.g. bf16)
-    and `batch_size` prompts per generate call (None = all).
+    gpu_memory_utilization, max_model_len, seed, return_logprobs). The hf engine generates under
+    autocast to `compute_dtype`, `batch_size` prompts per generate call (None = all), and with a
+    plain copy of the weights when the model is ZeRO-3 partitioned.
     """
     if kind not in (None, "hf", "vllm"):
         raise ValueError(f"Unknown rollout engine {kind!r}; choose 'hf' or 'vllm'.")
@@ -66,4 +66,5 @@ def make_rollout_engine(
         engine.update_weights(model)
         return engine
     dtype = compute_dtype if compute_dtype not in (None, torch.float32) else None
-    return HFRolloutEngine(model, tokenizer, batch_size=batch_size, dtype=dtype)
+    partitioned = any(hasattr(p, "ds_id") for p in model.parameters())
+    return HFRolloutEngine(model, tokenizer, batch_size=batch_size, dtype=dtype, copy_weights=partitioned)

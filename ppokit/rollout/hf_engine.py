@@ -1,10 +1,14 @@
 """Rollouts with transformers' `generate` (works everywhere; the fast path is vLLM).
 
-Precision: with `dtype` (e.g. bfloat16) the engine generates with its own copy of the model in
-that dtype, refreshed by `update_weights`; measured on the 2-core CPU with SmolLM2-135M (8 prompts
-x 8 samples x 64 new tokens) a bf16 copy took ~14 s, autocast-bf16 on the float32 weights ~17 s,
-float32 23-41 s. With `dtype=None` it generates with the live model itself and `update_weights`
-has nothing to do.
+Precision: `dtype` (e.g. bfloat16) is the generation compute dtype. By default the live model
+generates under `torch.autocast(dtype)` and `update_weights` has nothing to do. Measured on this
+2-core CPU, SmolLM2-135M, 8 prompts x 8 samples x 64 new tokens (2 threads, idle machine): float32
+21.3 s, a bf16 copy of the weights 16.1 s, autocast-bf16 13.8 s (32 tokens, best of 2: 13.0 /
+11.4 / 7.8 s; 1 thread, best of 3: 17.9 / 18.8 / 11.4 s) — pure-bf16 elementwise ops are slow on CPU,
+autocast keeps them in float32 and caches the bf16 weight casts for the whole generate call.
+With `copy_weights` the engine instead generates with its own plain copy of the model in `dtype`
+(LoRA merged, ZeRO-3 gathered), refreshed by `update_weights`: meant for ZeRO-3 partitioned
+actors, which would otherwise gather every layer at every decoding step.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import contextlib
 
 import torch
 
+from ppokit.models.loading import autocast_context
 from ppokit.models.weights import load_hf_state, plain_copy
 from ppokit.rollout.base import RolloutOutput, SamplingParams, check_prompts
 
@@ -20,7 +25,14 @@ from ppokit.rollout.base import RolloutOutput, SamplingParams, check_prompts
 class HFRolloutEngine:
     """`RolloutEngine` over `model.generate` on left-padded prompt batches."""
 
-    def __init__(self, model, tokenizer, batch_size: int | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        batch_size: int | None = None,
+        dtype: torch.dtype | None = None,
+        copy_weights: bool = False,
+    ):
         if tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; load it with ppokit.models.load_tokenizer.")
         if batch_size is not None and batch_size < 1:
@@ -30,13 +42,12 @@ class HFRolloutEngine:
         self.batch_size = batch_size
         self.dtype = dtype
         self.eos_ids = eos_token_ids(model, tokenizer)
-        param_dtype = next(model.parameters()).dtype
-        # A plain copy (LoRA merged, ZeRO-3 gathered, no DeepSpeed hooks) in the generation dtype.
-        self._copy = plain_copy(model, dtype).eval() if dtype is not None and dtype != param_dtype else None
+        copy_dtype = dtype or next(model.parameters()).dtype
+        self._copy = plain_copy(model, copy_dtype).eval() if copy_weights else None
 
     @property
     def generation_model(self):
-        """The module `generate` runs on: the low-precision copy, or the live model."""
+        """The module `generate` runs on: the plain copy (copy_weights), or the live model."""
         return self._copy if self._copy is not None else self.model
 
     def update_weights(self, model) -> None:
@@ -58,7 +69,7 @@ class HFRolloutEngine:
         try:
             # no_grad, not inference_mode: a model that updates buffers in forward (dynamic RoPE)
             # would otherwise keep inference tensors that training cannot back-propagate through.
-            with rng, torch.no_grad():
+            with rng, torch.no_grad(), autocast_context(self.dtype or torch.float32, _device(model)):
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
                 for start in range(0, len(prompt_token_ids), step):
@@ -73,7 +84,7 @@ class HFRolloutEngine:
         return RolloutOutput(prompt_index=index, response_ids=rows, finish_reasons=reasons, logprobs=None)
 
     def _generate_batch(self, model, prompts: list[list[int]], sampling: SamplingParams) -> torch.Tensor:
-        device = next(model.parameters()).device
+        device = _device(model)
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
@@ -130,6 +141,10 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     return sorted(ids)
 
 
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
 def _rng_devices(model) -> list:
-    device = next(model.parameters()).device
+    device = _device(model)
     return [device] if device.type == "cuda" else []

@@ -49,7 +49,15 @@ class State:
 def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
     """Tokenizer, actor in a DeepSpeed engine, and the reference (only when a KL term is used)."""
     from ppokit.engine import build_engine, deepspeed_config, zero_stage_from
-    from ppokit.models import LoraSpec, dtype_for, load_causal_lm, load_reference, load_tokenizer, resolve_model_path
+    from ppokit.models import (
+        LoraSpec,
+        attention_implementation,
+        dtype_for,
+        load_causal_lm,
+        load_reference,
+        load_tokenizer,
+        resolve_model_path,
+    )
     from ppokit.training.phases import needs_reference
 
     device = choose_device(args, dist)
@@ -60,7 +68,7 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
         path = resolve_model_path(args.actor_model_name_or_path)
         tokenizer = tokenizer or load_tokenizer(path)
         model = load_causal_lm(path, dtype=param_dtype, device=device, gradient_checkpointing=args.recompute,
-                               attn_implementation="flash_attention_2" if args.use_flash_attention else None, lora=lora)
+                               attn_implementation=attention_implementation(args.use_flash_attention), lora=lora)
     elif lora is not None:
         from ppokit.models import apply_lora
 

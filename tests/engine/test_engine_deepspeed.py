@@ -138,19 +138,21 @@ def test_bad_losses_and_models_are_refused(dist, tiny):
 
 
 @pytest.mark.parametrize("stage", [2, 3])
-def test_rollout_copy_follows_an_engine_module(dist, tiny, stage):
-    from ppokit.rollout import HFRolloutEngine, SamplingParams
+def test_rollouts_follow_an_engine_module(dist, tiny, stage):
+    from ppokit.rollout import SamplingParams, make_rollout_engine
 
     tok, model0 = tiny
     ids, mask = _batch()
     engine = build_engine(copy.deepcopy(model0), _config(stage, lr=0.1, eps=1e-8))
-    rollout = HFRolloutEngine(unwrap(engine), tok, dtype=torch.bfloat16)
+    rollout = make_rollout_engine("hf", False, unwrap(engine), tok, compute_dtype=torch.bfloat16)
+    # ZeRO-3 generates from a gathered plain copy; otherwise from the live module under autocast.
+    assert (rollout.generation_model is unwrap(engine)) == (stage != 3)
     micro_batch_backward(engine, _token_loss(engine, ids, mask, 10.0), last=True)
     rollout.update_weights(unwrap(engine))
     trained = _params(unwrap(engine))
-    copied = dict(rollout.generation_model.named_parameters())
+    used = _params(rollout.generation_model)
     for name, value in trained.items():
-        torch.testing.assert_close(copied[name], value.to(torch.bfloat16), msg=name)
+        torch.testing.assert_close(used[name], value.to(used[name].dtype), msg=name)
     out = rollout.generate([ids[0].tolist()], SamplingParams(n=2, temperature=1.0, max_new_tokens=3))
     assert len(out.response_ids) == 2
 
@@ -184,3 +186,23 @@ def test_critic_saved_from_a_zero3_engine_reloads(dist, tiny_model_dir, tmp_path
     reloaded = load_value_model(str(tmp_path / "critic"))
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids, mask), expected)
+
+
+@pytest.mark.parametrize("stage", [0, 2])
+def test_engine_checkpoints_round_trip(dist, tiny, stage, tmp_path):
+    _, model0 = tiny
+    ids, mask = _batch()
+    schedule = dict(kind="linear", total_steps=10, warmup_steps=2)
+    engine = build_engine(copy.deepcopy(model0), _config(stage, lr=0.1, eps=1e-8), schedule)
+    for _ in range(2):
+        micro_batch_backward(engine, _token_loss(engine, ids, mask, 10.0), last=True)
+    engine.save_checkpoint(str(tmp_path), tag="step2")
+    again = build_engine(copy.deepcopy(model0), _config(stage, lr=0.1, eps=1e-8), schedule)
+    again.load_checkpoint(str(tmp_path), tag="step2")
+    assert again.global_steps == 2 and current_lr(again) == pytest.approx(current_lr(engine))
+    for a, b in zip(engine.module.parameters(), again.module.parameters()):
+        torch.testing.assert_close(a, b)
+    for e in (engine, again):  # and both continue identically
+        micro_batch_backward(e, _token_loss(e, ids, mask, 10.0), last=True)
+    for a, b in zip(engine.module.parameters(), again.module.parameters()):
+        torch.testing.assert_close(a, b)

@@ -111,9 +111,20 @@ def test_training_mode_is_restored_and_training_continues():
     assert model.model.embed_tokens.weight.grad is not None
 
 
-def test_bf16_copy_follows_update_weights():
+def test_bf16_autocast_generates_with_the_live_model():
     model = tiny_causal_lm(TOK, seed=5)
     engine = HFRolloutEngine(model, TOK, dtype=torch.bfloat16)
+    assert engine.generation_model is model
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    bf16 = engine.generate(PROMPTS, greedy)
+    fp32 = HFRolloutEngine(model, TOK).generate(PROMPTS, greedy)
+    assert [r[:2] for r in bf16.response_ids] == [r[:2] for r in fp32.response_ids]  # same model, rounded
+    assert next(model.parameters()).dtype == torch.float32
+
+
+def test_bf16_copy_follows_update_weights():
+    model = tiny_causal_lm(TOK, seed=5)
+    engine = HFRolloutEngine(model, TOK, dtype=torch.bfloat16, copy_weights=True)
     copy = engine.generation_model
     assert copy is not model and next(copy.parameters()).dtype == torch.bfloat16
     with torch.no_grad():

@@ -74,7 +74,7 @@ def test_hf_engine_choice_and_generation_dtype(caplog):
         plain = make_rollout_engine("hf", True, model, tok)
         bf16 = make_rollout_engine("hf", False, model, tok, batch_size=2, compute_dtype=torch.bfloat16)
     assert not caplog.records
-    assert plain.generation_model is model
-    assert next(bf16.generation_model.parameters()).dtype == torch.bfloat16 and bf16.batch_size == 2
+    assert plain.generation_model is model and plain.dtype is None
+    assert bf16.generation_model is model and bf16.dtype == torch.bfloat16 and bf16.batch_size == 2
     with pytest.raises(ValueError, match="choose 'hf' or 'vllm'"):
         make_rollout_engine("fusemt", True, model, tok)
