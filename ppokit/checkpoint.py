@@ -1,17 +1,21 @@
-"""Checkpoints that survive crashes, exact resume, and the final HF export.
+"""Checkpoints that survive crashes, exact resume, and the checks before training starts.
 
 Layout: `output_dir/checkpoint-<step>/` holding
-  actor/            HF model folder (safetensors) + tokenizer — loadable on its own
-  actor_ds/         DeepSpeed checkpoint (module, optimizer, LR scheduler; ZeRO shards when sharded)
-  critic/ critic_ds/ the same for the critic (PPO)
-  trainer_state.json  step, counters, loader/KL/normaliser state, resolved arguments — written LAST
-  rng_state_<rank>.pt python/numpy/torch RNG states
-A checkpoint is written into `.tmp-checkpoint-<step>` and renamed when complete, so a crash or SIGKILL
-mid-save never leaves a folder that looks complete; older ones are pruned only after the rename.
+  actor/              plain HF model folder (safetensors, LoRA merged) + tokenizer: loadable on its own
+  actor_ds/           DeepSpeed checkpoint (module, optimizer, LR scheduler; ZeRO shards when sharded);
+                      left out with `ignore_save_lr_and_optim`
+  actor_adapter/      the LoRA adapters (peft), only with `ignore_save_lr_and_optim` and `lora_rank` > 0
+  critic/ critic_ds/  the same for the critic (PPO)
+  rng_state_<rank>.pt python/numpy/torch RNG states of each rank
+  trainer_state.json  step, counters, loader/KL/normaliser state, metric history, arguments — written LAST
+A checkpoint is written into `.tmp-checkpoint-<step>`, flushed to disk and renamed when complete, so a
+crash or SIGKILL mid-save never leaves a `checkpoint-<step>` that looks complete (one without
+trainer_state.json is ignored); older ones are pruned only after the rename.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -24,25 +28,43 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ppokit.export import save_hf
+
 logger = logging.getLogger("ppokit")
 
 STATE_FILE = "trainer_state.json"
+TMP_PREFIX = ".tmp-checkpoint-"
+OLD_PREFIX = ".old-checkpoint-"
+FORMAT_VERSION = 1
 # Keys whose change alters what a run means; resuming across them needs --force_resume.
 MEANING_KEYS = (
     "actor_model_name_or_path", "critic_model_name_or_path", "reward_model_name_or_path", "rl_algorithm",
-    "train_datasets", "train_task_config", "prompt_key", "response_key", "global_batch_size",
+    "train_datasets", "train_task_config", "train_data_size", "prompt_key", "response_key", "global_batch_size",
     "global_mini_batch_size", "per_device_prompt_batch_size", "per_device_train_batch_size",
-    "gradient_accumulation_steps", "rollout_n", "update_iters", "seed", "lora_rank", "policy_loss",
-    "loss_agg_mode", "max_prompt_len", "max_dec_len", "use_rm_server", "reward_functions", "task",
+    "gradient_accumulation_steps", "rollout_n", "update_iters", "seed", "lora_rank", "lora_alpha", "policy_loss",
+    "loss_agg_mode", "max_prompt_len", "max_dec_len", "max_length", "use_rm_server", "use_rule_reward",
+    "reward_functions", "task", "dataloader_shuffle", "dataloader_drop_last", "dynamic_sampling", "ptx_datasets",
 )
+# Keys that may change freely between a run and its resume (no note).
+HARMLESS_KEYS = ("max_steps", "num_train_epochs", "resume_from_checkpoint", "force_resume", "output_dir",
+                 "logging_dir", "run_name", "report_to", "disable_tqdm", "do_eval", "do_train",
+                 "evaluation_strategy", "overwrite_output_dir")
+HARMLESS_PREFIXES = ("logging_", "eval_", "save_")
 
 
 class CheckpointError(Exception):
-    """A checkpoint cannot be used (missing, incomplete, or made with different arguments)."""
+    """A checkpoint cannot be written or used (missing, incomplete, or made with different arguments)."""
+
+
+# ------------------------------------------------------------------ processes and files
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def is_rank0() -> bool:
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    return rank() == 0
 
 
 def barrier() -> None:
@@ -50,12 +72,26 @@ def barrier() -> None:
         dist.barrier()
 
 
+def fsync_dir(path: Path) -> None:
+    """Make a folder's entries (new files, renames) durable."""
+    with contextlib.suppress(OSError):  # some filesystems cannot open folders; the data is still flushed
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def fsync_tree(path: Path) -> None:
-    """Flush every file under `path` to disk so a rename after it publishes complete data."""
+    """Flush every file and folder under `path` to disk so a rename after it publishes complete data."""
     for root, _, files in os.walk(path):
         for name in files:
             with open(os.path.join(root, name), "rb") as fh:
                 os.fsync(fh.fileno())
+        fsync_dir(Path(root))
+
+
+# ------------------------------------------------------------------ RNG
 
 
 def rng_state() -> dict:
@@ -73,8 +109,11 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# ------------------------------------------------------------------ finding checkpoints
+
+
 def complete_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete `checkpoint-<step>` folders in `output_dir`, oldest first."""
+    """Complete `checkpoint-<step>` folders in `output_dir` (those with trainer_state.json), oldest first."""
     root = Path(output_dir)
     if not root.is_dir():
         return []
@@ -86,9 +125,98 @@ def complete_checkpoints(output_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def is_auto(spec) -> bool:
+    return spec is True or str(spec).lower() in ("true", "auto", "1", "yes", "latest")
+
+
+def find_checkpoint(spec, output_dir: str | Path) -> Path:
+    """`resume_from_checkpoint` → a checkpoint folder: a path (or a name inside output_dir), or true/"auto"
+    for the newest complete one in output_dir. A folder holding checkpoints gives its newest complete one."""
+    if is_auto(spec):
+        found = complete_checkpoints(output_dir)
+        if not found:
+            raise CheckpointError(f"resume_from_checkpoint: there is no complete checkpoint-<step> folder in {output_dir}; "
+                                  "train without resume_from_checkpoint, or point it at a checkpoint folder")
+        return found[-1]
+    path = Path(str(spec))
+    if not path.is_dir() and (Path(output_dir) / path).is_dir():
+        path = Path(output_dir) / path
+    if not path.is_dir():
+        raise CheckpointError(f"resume_from_checkpoint: {path} is not a folder; give a checkpoint-<step> folder or 'auto'")
+    if not (path / STATE_FILE).is_file():
+        found = complete_checkpoints(path)
+        if found:
+            return found[-1]
+        raise CheckpointError(f"{path} is not a complete checkpoint (it has no {STATE_FILE}): it may be from an "
+                              "interrupted save; resume from an older checkpoint-<step> or with 'auto'")
+    return path
+
+
+# ------------------------------------------------------------------ weights without DeepSpeed
+
+
+def partitioned(module) -> bool:
+    return any(hasattr(p, "ds_id") for p in module.parameters())
+
+
+def writable(module):
+    """A context in which `module`'s (possibly ZeRO-3 partitioned) weights can be overwritten (rank 0's win)."""
+    if not partitioned(module):
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0)
+
+
+def refresh_master_weights(engine) -> None:
+    """After writing module weights directly, copy them into ZeRO's fp32 master partitions (if any)."""
+    optimizer = getattr(engine, "optimizer", None)
+    if hasattr(optimizer, "refresh_fp32_params"):
+        optimizer.refresh_fp32_params()
+
+
+def save_adapter(module, out: Path) -> None:
+    """The LoRA adapters (peft layout); collective under ZeRO-3, rank 0 writes."""
+    from ppokit.models.weights import gathered
+
+    with gathered(module):
+        if is_rank0():
+            module.save_pretrained(str(out), safe_serialization=True)
+
+
+def load_weights(module, folder: Path) -> None:
+    """Load weights saved by `save_hf` (plain model) or `save_adapter` (LoRA) from `folder` into `module`."""
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{folder} holds no *.safetensors weights; the checkpoint is damaged")
+    state = {}
+    for f in files:
+        state.update(load_file(f))
+    with writable(module):
+        if hasattr(module, "peft_config"):
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(module, state)
+            if result.unexpected_keys:
+                raise CheckpointError(f"{folder}: adapter weights {result.unexpected_keys[:5]} do not fit this model")
+            return
+        missing, unexpected = module.load_state_dict(state, strict=False)
+    tied = set(getattr(module, "_tied_weights_keys", None) or ()) | {"lm_head.weight"}
+    real_missing = [k for k in missing if k not in tied]
+    if real_missing or unexpected:
+        raise CheckpointError(f"{folder}: weights do not fit this model (missing {real_missing[:5]}, "
+                              f"unexpected {unexpected[:5]}); resume with the same actor_model_name_or_path")
+
+
+# ------------------------------------------------------------------ saving
+
+
 def trainer_state(session) -> dict:
     st = session.state
     return {
+        "format": FORMAT_VERSION,
         "global_step": session.global_step,
         "rollouts_drawn": st.rollouts_drawn,
         "updates_done": st.updates_done,
@@ -103,80 +231,76 @@ def trainer_state(session) -> dict:
     }
 
 
-def save_hf(module, tokenizer, out: Path) -> None:
-    """A plain HF folder (safetensors); LoRA adapters merged into a copy when present."""
-    model = module
-    if hasattr(model, "merge_and_unload"):
-        import copy
-
-        model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(out, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out)
+def write_actor(session, tmp: Path) -> None:
+    """actor/ (always), actor_ds/ (optimizer state) or actor_adapter/ (LoRA without optimizer state). All ranks."""
+    st, args = session.state, session.args
+    engine = st.policy.engine
+    if not args.ignore_save_lr_and_optim:
+        engine.save_checkpoint(str(tmp / "actor_ds"), tag="state")  # collective: every rank writes its shards
+    elif hasattr(engine.module, "peft_config"):
+        save_adapter(engine.module, tmp / "actor_adapter")
+    save_hf(engine.module, st.policy.tokenizer, tmp / "actor")
 
 
 def save_checkpoint(session) -> Path:
-    """Write `checkpoint-<step>` atomically and prune to `save_total_limit`; returns its path."""
+    """Write `checkpoint-<step>` atomically and prune to `save_total_limit`; returns its path. All ranks call it.
+
+    Saving leaves every RNG as it was, so a run that saves and one that does not take the same steps.
+    """
     args, st = session.args, session.state
     root = Path(args.output_dir)
     final = root / f"checkpoint-{session.global_step}"
-    tmp = root / f".tmp-checkpoint-{session.global_step}"
+    tmp = root / f"{TMP_PREFIX}{session.global_step}"
+    rng = rng_state()
     if is_rank0():
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     barrier()
-    engine = st.policy.engine
-    if args.ignore_save_lr_and_optim:
-        if is_rank0():
-            save_hf(engine.module, st.policy.tokenizer, tmp / "actor")
-    else:
-        engine.save_checkpoint(str(tmp / "actor_ds"), tag="state")
-        if is_rank0():
-            save_hf(engine.module, st.policy.tokenizer, tmp / "actor")
+    write_actor(session, tmp)
     if st.critic is not None:
-        st.critic.save(tmp, args.ignore_save_lr_and_optim)
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    torch.save(rng_state(), tmp / f"rng_state_{rank}.pt")
+        st.critic.save(tmp, bool(args.ignore_save_lr_and_optim))
+    torch.save(rng, tmp / f"rng_state_{rank()}.pt")
     barrier()
     if is_rank0():
         (tmp / STATE_FILE).write_text(json.dumps(trainer_state(session), indent=1, default=str))
         fsync_tree(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        prune(root, args.save_total_limit)
+        publish(tmp, final)
+        prune(root, args.save_total_limit, keep=final)
     barrier()
+    set_rng_state(rng)
     logger.info("saved %s", final)
     return final
 
 
-def prune(root: Path, limit: int | None) -> None:
-    """Delete the oldest complete checkpoints beyond `limit` (after the new one is complete)."""
+def publish(tmp: Path, final: Path) -> None:
+    """Rename the finished `tmp` to `final` (an older `final` is moved aside first, then deleted)."""
+    old = final.with_name(OLD_PREFIX + final.name.split("-", 1)[1])
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def prune(root: Path, limit: int | None, keep: Path | None = None) -> None:
+    """Keep the newest `limit` complete checkpoints (always `keep`, the one just written); delete the others
+    and what interrupted saves left behind. Runs only after the new checkpoint is complete."""
+    for leftover in list(root.glob(TMP_PREFIX + "*")) + list(root.glob(OLD_PREFIX + "*")):
+        shutil.rmtree(leftover, ignore_errors=True)
     if not limit or limit <= 0:
         return
-    for old in complete_checkpoints(root)[:-limit]:
+    others = [p for p in complete_checkpoints(root) if keep is None or p.resolve() != keep.resolve()]
+    excess = len(others) + (keep is not None) - limit
+    for old in others[: max(excess, 0)]:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def find_checkpoint(spec, output_dir: str | Path) -> Path:
-    """`resume_from_checkpoint` → a checkpoint folder: a path, or true/"auto" for the newest complete one."""
-    if spec is True or str(spec).lower() in ("true", "auto", "1", "yes", "latest"):
-        found = complete_checkpoints(output_dir)
-        if not found:
-            raise CheckpointError(f"resume_from_checkpoint=auto: no complete checkpoint-<step> folder in {output_dir}")
-        return found[-1]
-    path = Path(str(spec))
-    if not path.is_dir():
-        raise CheckpointError(f"resume_from_checkpoint: {path} is not a folder")
-    if not (path / STATE_FILE).is_file():
-        found = complete_checkpoints(path)
-        if found:
-            return found[-1]
-        raise CheckpointError(f"{path} is not a complete checkpoint (no {STATE_FILE}); it may be from an interrupted save")
-    return path
+# ------------------------------------------------------------------ resuming
 
 
-HARMLESS_PREFIXES = ("logging_", "eval_", "save_", "report_to", "disable_tqdm", "do_eval", "output_dir", "run_name")
+def is_harmless(key: str) -> bool:
+    return key in HARMLESS_KEYS or key.startswith(HARMLESS_PREFIXES)
 
 
 def changed_meaning_keys(saved: dict, current: dict) -> list[str]:
@@ -184,27 +308,47 @@ def changed_meaning_keys(saved: dict, current: dict) -> list[str]:
     return [k for k in MEANING_KEYS if k in saved and k in current and saved[k] != current[k]]
 
 
-def resume_into(session, spec) -> Path:
-    """Load a checkpoint into a freshly built Session so the next step is the one the run would have taken."""
-    args, st = session.args, session.state
-    path = find_checkpoint(spec, args.output_dir)
-    saved = json.loads((path / STATE_FILE).read_text())
-    changed = changed_meaning_keys(saved["args"], args.to_dict())
+def check_arguments(path: Path, saved: dict, args) -> None:
+    """Stop when arguments that change the run's meaning differ from the checkpoint's (unless force_resume);
+    note the other differences."""
+    current = args.to_dict()
+    changed = changed_meaning_keys(saved, current)
+    listing = "; ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in changed)
     if changed and not args.force_resume:
-        lines = ", ".join(f"{k}: {saved['args'][k]!r} -> {args.to_dict()[k]!r}" for k in changed)
         raise CheckpointError(
-            f"{path} was made with different arguments that change the run's meaning ({lines}); "
-            "restore them or pass --force_resume true to resume anyway"
+            f"{path} was made with different arguments that change what the run means ({listing}); "
+            "restore them, or pass --force_resume true to resume anyway"
         )
+    if changed:
+        logger.warning("force_resume: resuming %s although these arguments changed: %s", path, listing)
+    others = [k for k in current if k in saved and saved[k] != current[k] and k not in changed and not is_harmless(k)]
+    if others:
+        logger.warning("resuming %s with changed arguments: %s", path,
+                       "; ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in others))
+
+
+def load_actor(session, path: Path) -> None:
+    st = session.state
     engine = st.policy.engine
     if (path / "actor_ds").is_dir():
-        engine.load_checkpoint(str(path / "actor_ds"), tag="state", load_optimizer_states=True,
-                               load_lr_scheduler_states=True)
+        load, _ = engine.load_checkpoint(str(path / "actor_ds"), tag="state", load_optimizer_states=True,
+                                         load_lr_scheduler_states=True)
+        if load is None:
+            raise CheckpointError(f"DeepSpeed could not load {path / 'actor_ds'}; the checkpoint is damaged")
     else:
-        load_weights(engine.module, path / "actor")
+        adapter = path / "actor_adapter"
+        load_weights(engine.module, adapter if hasattr(engine.module, "peft_config") else path / "actor")
+        refresh_master_weights(engine)
+        logger.info("%s has no optimizer state (ignore_save_lr_and_optim): the optimizer starts afresh", path)
     if st.critic is not None:
         st.critic.load(path)
+        if not (path / "critic_ds").is_dir():
+            refresh_master_weights(st.critic.engine)
     st.rollout_engine.update_weights(engine.module)
+
+
+def restore_counters(session, saved: dict) -> None:
+    st = session.state
     session.global_step = saved["global_step"]
     st.rollouts_drawn, st.updates_done = saved["rollouts_drawn"], saved["updates_done"]
     st.skipped_groups = saved["skipped_groups"]
@@ -215,25 +359,60 @@ def resume_into(session, spec) -> Path:
     if st.ptx_loss is not None and saved.get("ptx_loader"):
         st.ptx_loss.loader.load_state_dict(saved["ptx_loader"])
     session.history = [h for h in saved.get("history", []) if h["step"] <= session.global_step]
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    set_rng_state(torch.load(path / f"rng_state_{rank}.pt", weights_only=False))
-    session.tracker.truncate_after(session.global_step)
+
+
+def resume_into(session, spec) -> Path:
+    """Load a checkpoint into a freshly built Session so the next step is the one the run would have taken.
+
+    All ranks call it. Rows after the checkpoint's step are dropped from metrics.jsonl and samples.jsonl.
+    """
+    path = find_checkpoint(spec, session.args.output_dir)
+    saved = json.loads((path / STATE_FILE).read_text())
+    check_arguments(path, saved["args"], session.args)
+    rng_file = path / f"rng_state_{rank()}.pt"
+    if not rng_file.is_file():
+        raise CheckpointError(f"{path} has no {rng_file.name}: it was saved by a run with fewer processes; "
+                              "resume with the same number of processes")
+    load_actor(session, path)
+    restore_counters(session, saved)
+    newer = [p.name for p in complete_checkpoints(path.parent) if p.name != path.name
+             and int(p.name.split("-")[1]) > session.global_step]
+    if newer and path.parent.resolve() == Path(session.args.output_dir).resolve():
+        logger.warning("resuming from %s although %s are newer; they are replaced as this run reaches their steps",
+                       path.name, ", ".join(newer))
+    session.resume_step = session.global_step
+    if session._tracker is not None:
+        session._tracker.truncate_after(session.global_step)
+    session.tracker  # noqa: B018 - opened now (continuing the run's files), before the RNG is restored
+    set_rng_state(torch.load(rng_file, weights_only=False))
     logger.info("resumed from %s at step %d", path, session.global_step)
     return path
 
 
-def load_weights(module, folder: Path) -> None:
-    """Load HF safetensors weights from `folder` into `module` (LoRA-wrapped or plain)."""
-    from safetensors.torch import load_file
+# ------------------------------------------------------------------ before training
 
-    state = {}
-    for f in sorted(folder.glob("*.safetensors")):
-        state.update(load_file(f))
-    target = module.get_base_model() if hasattr(module, "get_base_model") else module
-    missing, unexpected = target.load_state_dict(state, strict=False)
-    real_missing = [k for k in missing if "lm_head" not in k]
-    if real_missing:
-        raise CheckpointError(f"{folder}: weights missing for {real_missing[:5]}")
+
+def _numel(p) -> int:
+    return int(getattr(p, "ds_numel", 0) or p.numel())
+
+
+def checkpoint_bytes(session) -> int:
+    """About the disk one checkpoint takes: the HF copy, DeepSpeed's module and two Adam moments of the
+    trainable weights (actor and critic); with save_strategy "no", just the final HF model."""
+    args, st = session.args, session.state
+    engines = [st.policy.engine] + ([st.critic.engine] if st.critic is not None else [])
+    total = 0
+    for engine in engines:
+        params = list(engine.module.parameters())
+        weights = sum(_numel(p) * p.element_size() for p in params)
+        trainable = sum(_numel(p) * 4 for p in params if p.requires_grad)
+        if args.save_strategy == "no":
+            total += weights
+        elif args.ignore_save_lr_and_optim:
+            total += weights + trainable
+        else:
+            total += 2 * weights + 2 * trainable
+    return total
 
 
 def check_output_dir(output_dir: str | Path, need_bytes: int) -> None:
@@ -241,14 +420,33 @@ def check_output_dir(output_dir: str | Path, need_bytes: int) -> None:
     root = Path(output_dir)
     try:
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / ".ppokit-write-test"
+        probe = root / f".ppokit-write-test-{os.getpid()}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
-        raise CheckpointError(f"output_dir {root} is not writable ({exc.strerror}); choose another output_dir") from exc
+        raise CheckpointError(f"output_dir {root} is not writable ({exc.strerror or exc}); "
+                              "choose another output_dir or fix its permissions") from exc
     free = shutil.disk_usage(root).free
     if free < need_bytes:
         raise CheckpointError(
             f"output_dir {root} has {free / 2**30:.2f} GiB free but a checkpoint needs about "
-            f"{need_bytes / 2**30:.2f} GiB; free space or choose another output_dir"
+            f"{need_bytes / 2**30:.2f} GiB; free space, choose another output_dir, or set "
+            "ignore_save_lr_and_optim / save_strategy no"
         )
+
+
+def prepare_run(session) -> Path | None:
+    """Before the first step of `train()`: check output_dir, then resume per `resume_from_checkpoint`.
+
+    "auto" with no checkpoint yet starts from step 0 (with a note); true or a path must exist. A session
+    that has already stepped (or was built by `Session.resume`) is not resumed again.
+    """
+    args = session.args
+    check_output_dir(args.output_dir, checkpoint_bytes(session))
+    spec = args.resume_from_checkpoint
+    if spec in (None, False, "") or session.global_step > 0:
+        return None
+    if str(spec).lower() == "auto" and not complete_checkpoints(args.output_dir):
+        logger.warning("resume_from_checkpoint=auto: no checkpoint in %s yet; starting from step 0", args.output_dir)
+        return None
+    return resume_into(session, spec)

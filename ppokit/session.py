@@ -18,6 +18,7 @@ import torch
 from ppokit.args import Arguments, load_arguments
 from ppokit.training import phases
 from ppokit.training.batch import RolloutBatch
+from ppokit.training.distributed import gather_metrics
 
 logger = logging.getLogger("ppokit")
 
@@ -34,6 +35,7 @@ class Session:
         self.global_step = 0
         self.history: list[dict] = []
         self._tracker = None
+        self.resume_step: int | None = None  # set by a resume: the tracker continues that run's files
 
     @classmethod
     def from_json(cls, path: str, **overrides) -> Session:
@@ -80,6 +82,7 @@ class Session:
         metrics["timing/step_s"] = time.perf_counter() - started
         tokens = float(batch.response_mask.sum() + batch.attention_mask[:, : batch.prompt_len].sum())
         metrics["throughput/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
+        metrics = gather_metrics(metrics, batch)  # all ranks' sequences; unchanged with one process
         self.history.append({"step": self.global_step, **metrics})
         self.last_batch = batch
         self.tracker.log(self.global_step, metrics)
@@ -150,6 +153,7 @@ class Session:
                 report_to=self.args.report_to,
                 enabled=self.state.dist.rank == 0,
                 run_name=self.args.run_name,
+                resume_step=self.resume_step,
             )
             self._tracker.log_hparams(self.args.to_dict())
         return self._tracker

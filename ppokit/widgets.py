@@ -1,25 +1,44 @@
 """Notebook views: `show_batch` (a sortable table of a rollout) and `live_view` (training progress + plot).
 
-Both use ipywidgets when it is installed and degrade to plain HTML (IPython.display) or text otherwise.
+    s.show(batch)   # Jupyter + ipywidgets: a table with "sort by" controls; long texts fold
+    s.train()       # Jupyter: a progress bar, the current reward, reward / KL / length charts per step
+
+Both use ipywidgets when it is installed and degrade otherwise: the table is a `BatchTable`, which a
+notebook renders as HTML and a terminal prints as text; the live view becomes one HTML output that
+is redrawn in place. Outside Jupyter `s.train()` uses the console progress bar (`ppokit.tracking`).
 """
 
 from __future__ import annotations
 
 import html
+import time
 
+from ppokit.tracking.progress import format_summary
 from ppokit.tracking.svg import Series, line_chart
 
 FOLD_AT = 160  # characters shown before a long text is folded into <details>
+TEXT_WIDTH = 60  # characters of prompt / response shown per row in the plain-text table
 
 
 def in_notebook() -> bool:
-    """True inside a Jupyter kernel (where widgets can render)."""
+    """True inside a Jupyter kernel (where widgets and HTML can render)."""
     try:
         from IPython import get_ipython
     except ImportError:
         return False
     shell = get_ipython()
-    return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
+    return shell is not None and any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)
+
+
+def have_ipywidgets() -> bool:
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------- the batch table
 
 
 def fold(text: str, limit: int = FOLD_AT) -> str:
@@ -28,66 +47,125 @@ def fold(text: str, limit: int = FOLD_AT) -> str:
     if len(text) <= limit:
         return f"<pre style='white-space:pre-wrap;margin:0'>{safe}</pre>"
     head = html.escape(text[:limit])
-    return f"<details><summary><pre style='white-space:pre-wrap;margin:0;display:inline'>{head}…</pre></summary>" \
-           f"<pre style='white-space:pre-wrap;margin:0'>{safe}</pre></details>"
+    return (f"<details><summary><pre style='white-space:pre-wrap;margin:0;display:inline'>{head}…</pre>"
+            f"</summary><pre style='white-space:pre-wrap;margin:0'>{safe}</pre></details>")
 
 
 def batch_rows(batch) -> list[dict]:
-    """One dict per sequence: prompt, response, reward, per-function rewards, advantage, length."""
+    """One dict per sequence: #, group, prompt, response, reward, reward/<function>, advantage, length.
+
+    `advantage` is the mean over the response's tokens (GRPO gives every token the same value);
+    reward and advantage are None before `score()` / `compute_advantages()` ran.
+    """
     rows = []
     lengths = batch.response_lengths.tolist()
     for i in range(len(batch)):
         row = {"#": i, "group": int(batch.group_ids[i]), "prompt": batch.prompt_texts[i],
-               "response": batch.response_texts[i], "length": int(lengths[i])}
+               "response": batch.response_texts[i]}
         row["reward"] = float(batch.scores[i]) if batch.scores is not None else None
-        for name, values in batch.reward_terms.items():
+        for name, values in (batch.reward_terms or {}).items():
             row[f"reward/{name}"] = float(values[i])
+        row["advantage"] = None
         if batch.advantages is not None:
             valid = batch.advantages[i][batch.response_mask[i] > 0]
-            row["advantage"] = float(valid[0]) if len(valid) else 0.0
+            row["advantage"] = float(valid.float().mean()) if len(valid) else 0.0
+        row["length"] = int(lengths[i])
         rows.append(row)
     return rows
 
 
+def numeric_columns(rows: list[dict]) -> list[str]:
+    """Columns a table can be sorted by (numbers, except the row number)."""
+    if not rows:
+        return []
+    return [k for k in rows[0] if k != "#" and any(isinstance(r.get(k), (int, float)) for r in rows)]
+
+
+def sort_rows(rows: list[dict], by: str | None, descending: bool = True) -> list[dict]:
+    """Rows ordered by the numeric column `by` (rows without a value last); unchanged when `by` is None."""
+    if not by:
+        return list(rows)
+    if rows and by not in rows[0]:
+        raise ValueError(f"cannot sort by {by!r}: the columns are {', '.join(rows[0])}")
+    present = [r for r in rows if r.get(by) is not None]
+    missing = [r for r in rows if r.get(by) is None]
+    return sorted(present, key=lambda r: r[by], reverse=descending) + missing
+
+
+def _cell_html(value) -> str:
+    if isinstance(value, str):
+        return f"<td style='max-width:28em;vertical-align:top;text-align:left'>{fold(value)}</td>"
+    if isinstance(value, float):
+        return f"<td style='vertical-align:top'>{value:+.3f}</td>"
+    return f"<td style='vertical-align:top'>{'' if value is None else value}</td>"
+
+
 def rows_html(rows: list[dict], sort_by: str | None = None, descending: bool = True) -> str:
     """An HTML table of `rows` (long text folded), optionally sorted by a numeric column."""
-    if sort_by:
-        rows = sorted(rows, key=lambda r: (r.get(sort_by) is None, r.get(sort_by) or 0), reverse=descending)
     if not rows:
         return "<p>empty batch</p>"
-    cols = list(rows[0].keys())
-    head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in cols)
-    body = []
-    for r in rows:
-        cells = []
-        for c in cols:
-            v = r.get(c)
-            if isinstance(v, str):
-                cells.append(f"<td style='max-width:28em;vertical-align:top'>{fold(v)}</td>")
-            elif isinstance(v, float):
-                cells.append(f"<td style='vertical-align:top'>{v:+.3f}</td>")
-            else:
-                cells.append(f"<td style='vertical-align:top'>{'' if v is None else v}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table style='border-collapse:collapse;font-size:12px'><tr>{head}</tr>{''.join(body)}</table>"
+    rows = sort_rows(rows, sort_by, descending)
+    head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(_cell_html(r.get(c)) for c in rows[0]) + "</tr>" for r in rows)
+    return f"<table style='border-collapse:collapse;font-size:12px'><tr>{head}</tr>{body}</table>"
 
 
-def show_batch(batch):
-    """A sortable table in Jupyter (ipywidgets); plain HTML without ipywidgets; text outside a notebook."""
-    rows = batch_rows(batch)
-    if not in_notebook():
-        return "\n".join(
-            f"[{r['#']}] reward={r['reward']} adv={r.get('advantage')} len={r['length']}\n  {r['response'][:200]!r}"
-            for r in rows
-        )
-    try:
-        import ipywidgets as w
-    except ImportError:
-        from IPython.display import HTML
+def _clip(text: str, width: int) -> str:
+    text = " ".join(str(text).split())  # one line
+    return text if len(text) <= width else text[: width - 1] + "…"
 
-        return HTML(rows_html(rows, "reward"))
-    numeric = [k for k, v in rows[0].items() if isinstance(v, (int, float)) and k != "#"] if rows else []
-    sort = w.Dropdown(options=numeric, value="reward" if "reward" in numeric else None, description="sort by")
+
+def rows_text(rows: list[dict], sort_by: str | None = None, descending: bool = True,
+              width: int = TEXT_WIDTH) -> str:
+    """A plain-text table of `rows`; prompts and responses are cut to `width` characters on one line."""
+    if not rows:
+        return "empty batch"
+    rows = sort_rows(rows, sort_by, descending)
+    cols = list(rows[0])
+
+    def cell(value) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:+.3f}"
+        return _clip(value, width) if isinstance(value, str) else str(value)
+
+    table = [cols] + [[cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(line[j]) for line in table) for j in range(len(cols))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in table)
+
+
+class BatchTable:
+    """A rollout as a table: HTML in a notebook (`_repr_html_`), text when printed. `.sort(by)` re-orders."""
+
+    def __init__(self, rows: list[dict], sort_by: str | None = "reward", descending: bool = True):
+        self.rows = rows
+        self.sort_by = sort_by if rows and sort_by in rows[0] else None
+        self.descending = descending
+
+    def sort(self, by: str = "reward", descending: bool = True) -> BatchTable:
+        """The same rows sorted by another numeric column (e.g. "advantage", "length", "reward/rule")."""
+        sort_rows(self.rows, by)  # checks the column exists
+        return BatchTable(self.rows, by, descending)
+
+    def sorted_rows(self) -> list[dict]:
+        return sort_rows(self.rows, self.sort_by, self.descending)
+
+    def _repr_html_(self) -> str:
+        return rows_html(self.rows, self.sort_by, self.descending)
+
+    def __str__(self) -> str:
+        return rows_text(self.rows, self.sort_by, self.descending)
+
+    __repr__ = __str__
+
+
+def table_widget(rows: list[dict], sort_by: str | None = "reward"):
+    """An ipywidgets VBox: 'sort by' and order controls above the HTML table."""
+    import ipywidgets as w
+
+    numeric = numeric_columns(rows)
+    sort = w.Dropdown(options=numeric, value=sort_by if sort_by in numeric else None, description="sort by")
     order = w.ToggleButtons(options=["descending", "ascending"], value="descending")
     table = w.HTML(rows_html(rows, sort.value, True))
 
@@ -96,54 +174,130 @@ def show_batch(batch):
 
     sort.observe(redraw, names="value")
     order.observe(redraw, names="value")
-    return w.VBox([w.HBox([sort, order]), table])
+    box = w.VBox([w.HBox([sort, order]), table])
+    box.rows, box.sort, box.order, box.table = rows, sort, order, table  # for code that inspects the view
+    return box
 
 
-class LiveView:
-    """Progress, the current reward, and a reward / KL / length plot refreshed every step."""
+def show_batch(batch, sort_by: str | None = "reward"):
+    """A sortable table of `batch`: an ipywidgets view in Jupyter, else a BatchTable (HTML or text)."""
+    if batch is None:
+        raise ValueError("there is no batch to show yet: run batch = s.rollout() (or s.step()) first, "
+                         "then s.show(batch)")
+    rows = batch_rows(batch)
+    if in_notebook() and have_ipywidgets():
+        return table_widget(rows, sort_by)
+    return BatchTable(rows, sort_by)
 
-    def __init__(self, total: int):
-        import ipywidgets as w
-        from IPython.display import display
 
-        self.total = total
-        self.history: list[tuple[int, dict]] = []
-        self.bar = w.IntProgress(min=0, max=total, description="train")
-        self.label = w.Label("starting…")
-        self.plot = w.HTML("")
-        display(w.VBox([w.HBox([self.bar, self.label]), self.plot]))
-
-    def update(self, step: int, metrics: dict) -> None:
-        self.history.append((step, metrics))
-        self.bar.value = step
-        reward = metrics.get("reward/mean")
-        self.label.value = f"step {step}/{self.total}" + (f"  reward {reward:.3f}" if reward is not None else "")
-        self.plot.value = live_plot_svg(self.history)
-
-    def close(self) -> None:
-        self.label.value = self.label.value + "  (done)"
+# ---------------------------------------------------------------------------- the live training view
 
 
 def live_plot_svg(history: list[tuple[int, dict]]) -> str:
-    """Three small SVG charts (reward ± std, KL, response length) from (step, metrics) pairs."""
+    """Three small SVG charts (reward ± std with eval accuracy, KL, response length) from (step, metrics)."""
     steps = [s for s, _ in history]
 
-    def col(key):
-        return [m.get(key) for _, m in history]
+    def col(*keys):
+        return [next((m[k] for k in keys if m.get(k) is not None), None) for _, m in history]
 
     mean, std = col("reward/mean"), col("reward/std")
     lo = [m - s if m is not None and s is not None else None for m, s in zip(mean, std)]
     hi = [m + s if m is not None and s is not None else None for m, s in zip(mean, std)]
+    reward = [Series("reward/mean", steps, mean, lo, hi)]
+    accuracy = col("eval/accuracy")
+    if any(a is not None for a in accuracy):
+        reward.append(Series("eval/accuracy", steps, accuracy))
     charts = [
-        line_chart([Series("reward/mean", steps, mean, lo, hi)], "reward"),
-        line_chart([Series("actor/kl", steps, col("actor/kl"))], "KL"),
+        line_chart(reward, "reward"),
+        line_chart([Series("actor/kl", steps, col("actor/kl", "kl/reward_kl"))], "KL"),
         line_chart([Series("response_length/mean", steps, col("response_length/mean"))], "response length"),
     ]
-    return "<div style='display:flex;flex-wrap:wrap'>" + "".join(charts) + "</div>"
+    return "<div style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(charts) + "</div>"
 
 
-def live_view(total: int):
-    """A LiveView in Jupyter with ipywidgets; raises ImportError without it (callers fall back to the console)."""
-    import ipywidgets  # noqa: F401
+class _LiveBase:
+    """Shared state of the live views: (step, metrics) history, status line, timing."""
 
-    return LiveView(total)
+    def __init__(self, total: int, history: list[dict] | None = None):
+        self.total = int(total)
+        self.history: list[tuple[int, dict]] = [(int(h["step"]), h) for h in history or [] if "step" in h]
+        self.step = self.history[-1][0] if self.history else 0
+        self.status = f"step {self.step}/{self.total}: starting…"
+        self.done = False
+        self._started = time.monotonic()
+        self._first_step = self.step
+
+    def record(self, step: int, metrics: dict) -> None:
+        self.history = [(s, m) for s, m in self.history if s != step] + [(int(step), dict(metrics))]
+        self.step = int(step)
+        self.status = format_summary(step, metrics, total=self.total)
+        remaining = self.total - self.step
+        if remaining > 0 and self.step > self._first_step:
+            per_step = (time.monotonic() - self._started) / (self.step - self._first_step)
+            self.status += f" | ETA {per_step * remaining:.0f}s"
+
+    def close(self) -> None:
+        self.done = True
+        self.status += "  (done)"
+
+
+class LiveView(_LiveBase):
+    """ipywidgets: a progress bar, the status line (current reward, KL, length) and the charts."""
+
+    def __init__(self, total: int, history: list[dict] | None = None):
+        import ipywidgets as w
+        from IPython.display import display
+
+        super().__init__(total, history)
+        self.bar = w.IntProgress(value=self.step, min=0, max=max(self.total, 1), description="train")
+        self.label = w.Label(self.status)
+        self.plot = w.HTML(live_plot_svg(self.history) if self.history else "")
+        self.widget = w.VBox([w.HBox([self.bar, self.label]), self.plot])
+        display(self.widget)
+
+    def update(self, step: int, metrics: dict) -> None:
+        self.record(step, metrics)
+        self.bar.value = min(self.step, self.bar.max)
+        self.label.value = self.status
+        self.plot.value = live_plot_svg(self.history)
+
+    def close(self) -> None:
+        super().close()
+        self.label.value = self.status
+        self.bar.bar_style = "success" if self.step >= self.total else "warning"
+
+
+class HtmlLiveView(_LiveBase):
+    """Without ipywidgets: one HTML output (progress element, status, charts) redrawn in place."""
+
+    def __init__(self, total: int, history: list[dict] | None = None):
+        from IPython.display import HTML, display
+
+        super().__init__(total, history)
+        self._html = HTML
+        self.handle = display(HTML(self.render()), display_id=True)
+
+    def render(self) -> str:
+        bar = f"<progress value='{self.step}' max='{max(self.total, 1)}' style='width:240px'></progress>"
+        status = f"<code>{html.escape(self.status)}</code>"
+        plot = live_plot_svg(self.history) if self.history else ""
+        return f"<div>{bar} {status}</div>{plot}"
+
+    def update(self, step: int, metrics: dict) -> None:
+        self.record(step, metrics)
+        self.handle.update(self._html(self.render()))
+
+    def close(self) -> None:
+        super().close()
+        self.handle.update(self._html(self.render()))
+
+
+def live_view(total: int, history: list[dict] | None = None):
+    """The live training view for Jupyter: ipywidgets when installed, else redrawn HTML.
+
+    `history` (the session's `{"step", **metrics}` rows so far) seeds the charts, so a `train()` after
+    a few manual `step()`s plots the whole run.
+    """
+    if have_ipywidgets():
+        return LiveView(total, history)
+    return HtmlLiveView(total, history)

@@ -17,6 +17,7 @@ from ppokit.algos.kl import kl_penalty
 from ppokit.algos.policy_loss import POLICY_LOSSES
 from ppokit.algos.reduce import reduce_loss
 from ppokit.training.batch import RolloutBatch
+from ppokit.training.distributed import collective_device
 from ppokit.training.forward import policy_forward
 
 
@@ -31,6 +32,7 @@ def global_denominators(mask: torch.Tensor) -> tuple[float, float]:
     """(valid tokens, sequences) of a mini-batch summed over data-parallel ranks. mask: (b, R)."""
     totals = torch.tensor([float(mask.sum()), float(mask.shape[0])], dtype=torch.float64)
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        totals = totals.to(collective_device())  # NCCL reduces only GPU tensors
         dist.all_reduce(totals)
     return float(totals[0]), float(totals[1])
 
@@ -97,7 +99,9 @@ def actor_update(engine, batch: RolloutBatch, args, plan, compute_dtype, device,
             for k, idx in enumerate(micro):
                 part = mini.select(idx).trimmed()
                 add = extra_loss if (extra_loss is not None and k == 0) else None
-                loss, metrics = micro_loss(module, part, args, denoms, compute_dtype, device, add)
+                # Forward through the engine, not engine.module: ZeRO-3 counts micro-steps in the engine's
+                # forward and would otherwise overwrite, not accumulate, the micro-batches' gradients.
+                loss, metrics = micro_loss(engine, part, args, denoms, compute_dtype, device, add)
                 engine.set_gradient_accumulation_boundary(k == len(micro) - 1)
                 # Global denominators make the per-rank losses sum to the batch loss; DeepSpeed averages
                 # gradients over ranks, so scale back up by the world size.

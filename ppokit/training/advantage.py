@@ -1,11 +1,19 @@
 """From scores to advantages, per `rl_algorithm`: reward shaping, KL in the reward, the estimator.
 
 Orchestration only: every formula lives in `ppokit.algos`.
+
+PPO (as PaddleNLP): the score sits on the last response token, every response token gets
+-beta * KL(actor_old || ref) with the `kl_penalty` estimator (beta = the KL controller's value), and
+GAE(gamma, lam) over the response mask gives advantages and returns (returns = raw GAE advantages +
+values: the critic's regression target). `normalize_advantage` then whitens the advantages over all
+valid tokens of all data-parallel ranks; ppokit does this unless it is explicitly false (PaddleNLP
+leaves an unset value off; verl, TRL and OpenRLHF always whiten GAE advantages).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from ppokit.algos import advantages as adv
 from ppokit.algos import kl as kl_math
@@ -34,6 +42,55 @@ def score_to_token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Te
     return token_rewards * mask
 
 
+def global_sums(*values: float) -> list[float]:
+    """The values summed over data-parallel ranks (themselves in a single process)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t)
+    return t.tolist()
+
+
+def global_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(B, R) x whitened with the mean and unbiased variance of its valid tokens on all ranks; 0 on padding."""
+    m = mask.to(x.dtype)
+    n, total, total_sq = global_sums(float(m.sum()), float((x * m).sum()), float((x * x * m).sum()))
+    if n < 2:
+        return torch.zeros_like(x)
+    mean = total / n
+    var = max(total_sq - n * mean * mean, 0.0) / (n - 1)
+    return (x - mean) * (var + eps) ** -0.5 * m
+
+
+def kl_in_reward(batch: RolloutBatch, token_rewards: torch.Tensor, args, beta: float) -> tuple[torch.Tensor, dict]:
+    """r_t - beta * KL_t on every valid response token; metrics averaged over all ranks."""
+    if batch.old_logprobs is None:
+        raise ValueError("KL in the reward needs the actor's log-probs at rollout time (batch.old_logprobs); "
+                         "get the batch from Session.rollout().")
+    mask = batch.response_mask
+    token_rewards, kl = kl_math.apply_kl_penalty(
+        token_rewards, batch.old_logprobs, batch.ref_logprobs, mask, beta, args.kl_penalty
+    )
+    n_tok, kl_sum, n_seq = global_sums(float(mask.sum()), float((kl * mask).sum()), float(len(mask)))
+    metrics = {
+        "kl/reward_kl": kl_sum / max(n_tok, 1.0),  # mean per token
+        "kl/seq_kl_mean": kl_sum / max(n_seq, 1.0),  # mean per response (what target_kl refers to)
+        "kl/reward_penalty_mean": -beta * kl_sum / max(n_seq, 1.0),
+    }
+    return token_rewards, metrics
+
+
+def ppo_advantages(batch: RolloutBatch, token_rewards: torch.Tensor, args) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE advantages (whitened unless normalize_advantage is false) and returns (B, R)."""
+    if batch.values is None:
+        raise ValueError("PPO advantages need the critic's values (batch.values); get the batch from Session.rollout().")
+    mask = batch.response_mask
+    _, returns = adv.gae(token_rewards, batch.values, mask, args.gamma, args.lam)
+    raw = (returns - batch.values.to(returns.dtype)) * mask  # GAE before whitening
+    if args.normalize_advantage is False:
+        return raw, returns
+    return global_whiten(raw, mask), returns
+
+
 def compute_advantages(batch: RolloutBatch, args, kl_ctl) -> dict[str, float]:
     """Fill batch.token_rewards, batch.advantages and batch.returns; return metrics.
 
@@ -46,12 +103,8 @@ def compute_advantages(batch: RolloutBatch, args, kl_ctl) -> dict[str, float]:
     metrics: dict[str, float] = {}
     token_rewards = score_to_token_rewards(scores, mask)
     if algo in KL_IN_REWARD and args.kl_coeff > 0 and batch.ref_logprobs is not None:
-        token_rewards, kl = kl_math.apply_kl_penalty(
-            token_rewards, batch.old_logprobs, batch.ref_logprobs, mask, kl_ctl.value, args.kl_penalty
-        )
-        seq_kl = (kl * mask).sum(-1)
-        metrics["kl/reward_kl"] = float(masked_mean(kl, mask))
-        metrics["kl/seq_kl_mean"] = float(seq_kl.mean())
+        token_rewards, kl_metrics = kl_in_reward(batch, token_rewards, args, kl_ctl.value)
+        metrics.update(kl_metrics)
     metrics["kl/beta"] = float(kl_ctl.value)
     batch.token_rewards = token_rewards
     if algo in ("grpo", "dapo"):
@@ -65,7 +118,7 @@ def compute_advantages(batch: RolloutBatch, args, kl_ctl) -> dict[str, float]:
     elif algo == "reinforce_plus_plus_baseline":
         batch.advantages, batch.returns = adv.reinforce_pp_baseline(token_rewards, batch.group_ids, mask, args.gamma)
     elif algo == "ppo":
-        batch.advantages, batch.returns = adv.gae(token_rewards, batch.values, mask, args.gamma, args.lam)
+        batch.advantages, batch.returns = ppo_advantages(batch, token_rewards, args)
     else:
         raise ValueError(f"rl_algorithm {algo!r} has no advantage estimator")
     metrics["advantages/mean"] = float(masked_mean(batch.advantages, mask))

@@ -1,4 +1,11 @@
-"""The PPO critic: a value model in its own DeepSpeed engine, its values for a batch, and its update."""
+"""The PPO critic: a value model in its own DeepSpeed engine, its values for a batch, and its update.
+
+Where the critic starts (PaddleNLP's rule, then ppokit's fallback): `critic_model_name_or_path`, else
+`reward_model_name_or_path` (a reward model's `score` head becomes the value head), else the actor's
+weights with a fresh value head. It has its own optimizer and schedule: every `critic_*` key that is
+set replaces the actor's key of the same name without the prefix (learning_rate, min_learning_rate,
+lr_scheduler_type, warmup_ratio, weight_decay, decay_steps, recompute).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +30,12 @@ class Critic:
     compute_dtype: torch.dtype | None
     device: torch.device
     batch_size: int  # per_device_value_batch_size
+    source: str | None = None  # the folder it was initialised from (None: a copy of the in-memory actor)
+
+    @property
+    def model(self):
+        """The ValueModel (unwrapped from DeepSpeed): `.backbone` and `.value_head`."""
+        return self.engine.module
 
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """(B, R) values of the batch's states, no grad."""
@@ -50,71 +63,136 @@ class Critic:
             load_value_state(self.engine.module, folder / "critic")
 
 
-def critic_source(args, policy) -> str:
-    """PaddleNLP's rule: critic_model_name_or_path, else the reward model path; ppokit falls back to the actor."""
+def critic_source(args, policy) -> str | None:
+    """PaddleNLP's rule: critic_model_name_or_path, else the reward model path; ppokit falls back to the actor.
+
+    None means "copy the in-memory actor" (a Session built with `model=`).
+    """
     return args.critic_model_name_or_path or args.reward_model_name_or_path or policy.model_path
 
 
+def check_same_vocabulary(path: str, tokenizer) -> None:
+    """The critic reads the actor's token ids, so every actor token must have the same id in the critic's vocabulary."""
+    from transformers import AutoTokenizer
+
+    try:
+        theirs = AutoTokenizer.from_pretrained(path).get_vocab()
+    except (OSError, ValueError, TypeError):
+        return  # the folder has no tokenizer: nothing to compare
+    ours = tokenizer.get_vocab()
+    differ = [tok for tok, i in ours.items() if theirs.get(tok) != i]
+    if differ:
+        raise ValueError(
+            f"The critic would start from {path}, whose tokenizer differs from the actor's ({len(differ)} of "
+            f"{len(ours)} tokens, e.g. {differ[:3]}); the critic reads the actor's token ids. Set "
+            "critic_model_name_or_path to a model with the actor's tokenizer, or leave critic_model_name_or_path "
+            "and reward_model_name_or_path unset to start the critic from the actor."
+        )
+
+
+def critic_option(args, key: str):
+    """`critic_<key>` when set, else the actor's `<key>` (PaddleNLP copies critic_* onto the critic's args)."""
+    value = getattr(args, f"critic_{key}", None)
+    return getattr(args, key) if value is None else value
+
+
 def build_critic(args, dist, plan, policy) -> Critic:
-    """A value model (backbone + fresh scalar head) trained by its own engine with the critic_* schedule."""
+    """A value model (backbone + scalar head) trained by its own engine with the critic_* optimizer and schedule."""
     from ppokit.engine import build_engine, deepspeed_config, zero_stage_from
-    from ppokit.models import dtype_for, load_value_model, resolve_model_path
+    from ppokit.models import attention_implementation, dtype_for, load_value_model, resolve_model_path
 
     param_dtype, compute_dtype = dtype_for(args.bf16, args.fp16, policy.device)
     source = critic_source(args, policy)
+    recompute = bool(critic_option(args, "recompute"))
     if source is None:
-        model = load_value_model(None, dtype=param_dtype, device=policy.device, backbone=policy.engine.module)
+        model = load_value_model(None, dtype=param_dtype, device=policy.device, backbone=policy.engine.module,
+                                 gradient_checkpointing=recompute)
     else:
-        model = load_value_model(resolve_model_path(source), dtype=param_dtype, device=policy.device,
-                                 gradient_checkpointing=bool(args.critic_recompute))
-    lr = args.critic_learning_rate if args.critic_learning_rate is not None else args.learning_rate
-    wd = args.critic_weight_decay if args.critic_weight_decay is not None else args.weight_decay
+        source = resolve_model_path(source)
+        if source != policy.model_path:
+            check_same_vocabulary(source, policy.tokenizer)
+        model = load_value_model(source, dtype=param_dtype, device=policy.device, gradient_checkpointing=recompute,
+                                 attn_implementation=attention_implementation(args.use_flash_attention))
     ds = deepspeed_config(
         zero_stage=zero_stage_from(args.sharding), offload_optimizer="optimizer" in args.offload_level,
         micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
-        world_size=plan.world_size, lr=lr, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
-        weight_decay=wd, max_grad_norm=args.max_grad_norm, bf16=args.bf16, fp16=args.fp16, device=policy.device,
+        world_size=plan.world_size, lr=critic_option(args, "learning_rate"), betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon, weight_decay=critic_option(args, "weight_decay"), max_grad_norm=args.max_grad_norm,
+        bf16=args.bf16, fp16=args.fp16, device=policy.device,
     )
     total = plan.optimizer_steps_per_rollout * max(args.max_steps, 1)
     spec = lr_schedule_spec(args, total, critic=True)
+    if args.critic_decay_steps:
+        spec["decay_steps"] = args.critic_decay_steps
     engine = build_engine(model, ds, spec)
     bs = args.per_device_value_batch_size if args.per_device_value_batch_size > 0 else plan.micro_batch_size
-    return Critic(engine=engine, compute_dtype=compute_dtype, device=policy.device, batch_size=bs)
+    return Critic(engine=engine, compute_dtype=compute_dtype, device=policy.device, batch_size=bs, source=source)
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 - Var[returns - values] / Var[returns] over valid tokens."""
+    """1 - Var[returns - values] / Var[returns] over valid tokens (0 when the returns do not vary)."""
     var_r = masked_var(returns, mask)
     if float(var_r) == 0.0:
         return 0.0
     return float(1 - masked_var(returns - values, mask) / var_r)
 
 
-def critic_update(critic: Critic, batch: RolloutBatch, args, plan) -> dict[str, float]:
-    """Clipped value loss on the batch's returns, in the actor's mini/micro-batch layout."""
+def pre_step_grad_norm(engine) -> float | None:
+    """The gradient norm before clipping, where DeepSpeed does not record it (ZeRO-0 without fp16 clips
+    with torch and keeps no norm); None where `engine.get_global_grad_norm()` has it after the step."""
+    if engine.zero_optimization_stage() != 0 or engine.fp16_enabled():
+        return None
+    norms = [p.grad.detach().float().norm() for p in engine.module.parameters() if p.grad is not None]
+    return float(torch.stack(norms).norm()) if norms else 0.0
+
+
+def critic_micro_step(critic: Critic, part: RolloutBatch, args, denoms, last: bool) -> tuple[float, float, float | None]:
+    """Forward, clipped value loss, backward (and the optimizer step after the `last` micro-batch).
+
+    Returns (loss share, clip fraction, gradient norm or None when not the last micro-batch).
+    """
     engine = critic.engine
-    engine.module.train()
+    values = value_forward(engine, part, critic.compute_dtype, critic.device)  # the engine: ZeRO-3 accumulates
+    per_token, m = clipped(values, part.values, part.returns, part.response_mask, args.clip_range_value)
+    tokens, seqs = denoms
+    loss = reduce_loss(per_token, part.response_mask, "token-mean", global_tokens=tokens, global_seqs=seqs)
+    if not torch.isfinite(loss.detach()):
+        raise FloatingPointError(
+            f"The critic's value loss is {float(loss)}; check the rewards (clip_range_score, normalize_reward) "
+            "and critic_learning_rate."
+        )
+    engine.set_gradient_accumulation_boundary(last)
+    # The loss is this micro-batch's share of the mini-batch over all ranks (see actor.py).
+    engine.backward(loss * dp_world_size(), scale_wrt_gas=False)
+    norm = pre_step_grad_norm(engine) if last else None
+    engine.step()
+    if last and norm is None:
+        norm = float(engine.get_global_grad_norm() or 0.0)
+    return float(loss.detach()), float(m["vf_clipfrac"]), norm
+
+
+def critic_update(critic: Critic, batch: RolloutBatch, args, plan) -> dict[str, float]:
+    """Clipped value loss against the batch's returns, in the actor's mini/micro-batch layout."""
+    if batch.values is None or batch.returns is None:
+        raise ValueError("The critic update needs batch.values and batch.returns: run compute_advantages(batch) first.")
+    critic.engine.module.train()
     sums: dict[str, float] = defaultdict(float)
     n_steps = 0
     for _ in range(plan.update_iters):
         for mini_idx in chunks(len(batch), plan.mini_batch_sequences_per_rank):
             mini = batch.select(mini_idx)
-            tokens, seqs = global_denominators(mini.response_mask)
+            denoms = global_denominators(mini.response_mask)
             micro = chunks(len(mini), plan.micro_batch_size)
             for k, idx in enumerate(micro):
-                part = mini.select(idx).trimmed()
-                values = value_forward(engine.module, part, critic.compute_dtype, critic.device)
-                per_token, m = clipped(values, part.values, part.returns, part.response_mask, args.clip_range_value)
-                loss = reduce_loss(per_token, part.response_mask, "token-mean", global_tokens=tokens, global_seqs=seqs)
-                engine.set_gradient_accumulation_boundary(k == len(micro) - 1)
-                engine.backward(loss * dp_world_size(), scale_wrt_gas=False)
-                engine.step()
-                sums["critic/value_loss"] += float(loss.detach())
-                sums["critic/vf_clipfrac"] += float(m["vf_clipfrac"]) / len(micro)
-            sums["critic/grad_norm"] += float(engine.get_global_grad_norm() or 0.0)
+                loss, clipfrac, norm = critic_micro_step(critic, mini.select(idx).trimmed(), args, denoms,
+                                                         last=k == len(micro) - 1)
+                sums["critic/value_loss"] += loss
+                sums["critic/vf_clipfrac"] += clipfrac / len(micro)
+            sums["critic/grad_norm"] += norm
             n_steps += 1
     out = {k: v / max(n_steps, 1) for k, v in sums.items()}
     out["critic/values_mean"] = float(masked_mean(batch.values, batch.response_mask))
+    out["critic/returns_mean"] = float(masked_mean(batch.returns, batch.response_mask))
     out["critic/explained_variance"] = explained_variance(batch.values, batch.returns, batch.response_mask)
-    out["critic/lr"] = float(engine.get_lr()[0])
+    out["critic/lr"] = float(critic.engine.get_lr()[0])
     return out

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import Counter, defaultdict
+
+import torch
 
 from ppokit.rewards import compute_rewards
 
@@ -27,20 +30,33 @@ def majority_correct(answers: list, corrects: list[bool]) -> float:
     return 1.0 if any(ok for a, ok in usable if a == top) else 0.0
 
 
+def comparable_answer(details: dict):
+    """The extracted answer of a task verifier's details, as a hashable value (None when there is none)."""
+    answer = details.get("answer", details.get("predicted"))
+    if isinstance(answer, (dict, list)):
+        return json.dumps(answer, sort_keys=True)
+    return answer
+
+
 def judge(record: dict, response: str, reward: float) -> tuple[bool, object]:
-    """(correct, extracted answer) from the record's task verifier when it has one, else reward > 0."""
+    """(correct, extracted answer) from the record's task verifier when it has one, else reward > 0.
+
+    A verifier's `correct` detail decides; without one, a response is correct when it earns the task's
+    maximum score (partial credit, e.g. countdown's format credit, is not correct).
+    """
     task_name = record.get("task")
     if task_name:
         from ppokit import tasks
 
         try:
-            score, details = tasks.get(task_name).score(response, record, details=True)
-        except KeyError:
+            task = tasks.get(task_name)
+        except (KeyError, tasks.TaskError):
             return reward > 0, None
+        score, details = task.score(response, record, details=True)
         correct = details.get("correct")
         if correct is None:
-            correct = score >= details.get("max_score", score if score > 0 else math.inf)
-        return bool(correct), details.get("answer")
+            correct = score >= task.max_score
+        return bool(correct), comparable_answer(details)
     return reward > 0, None
 
 
@@ -54,38 +70,67 @@ def summarize(groups: dict, k: int) -> dict[str, float]:
         n = len(items[0][0])
         kk = min(k, n)
         out[f"eval/{name}mean@{n}"] = sum(sum(r) / n for r, _, _ in items) / len(items)
-        out[f"eval/{name}pass@{kk}"] = sum(pass_at_k(n, sum(c), kk) for _, c, _ in items) / len(items)
+        for kp in sorted({1, kk}):
+            out[f"eval/{name}pass@{kp}"] = sum(pass_at_k(n, sum(c), kp) for _, c, _ in items) / len(items)
         if any(a is not None for _, _, ans in items for a in ans):
             out[f"eval/{name}maj@{n}"] = sum(majority_correct(a, c) for _, c, a in items) / len(items)
         out[f"eval/{name}accuracy"] = sum(sum(c) / n for _, c, _ in items) / len(items)
     return out
 
 
-def evaluate(state, args, k: int | None = None) -> dict[str, float]:
-    """Generate `eval_rollout_n` responses per eval prompt (greedy when eval_temperature == 0) and score them."""
-    from ppokit.training.phases import generate, sampling_params
-
+def eval_records(state, args) -> list[dict]:
+    """The eval prompts this evaluation uses: all of them, or `max_evaluate_steps` batches of them."""
     records = state.eval_records
     if not records:
         raise ValueError("evaluate() needs eval data: set eval_datasets (or eval_task_config)")
     per_call = max(1, args.per_device_eval_batch_size)
     if args.max_evaluate_steps and args.max_evaluate_steps > 0:
         records = records[: args.max_evaluate_steps * per_call]
+    return records
+
+
+def generate_and_judge(state, args, records: list[dict], samples: list | None = None) -> dict[str, list]:
+    """{task: [(rewards, corrects, answers) per prompt]} for `eval_rollout_n` responses per record.
+
+    Sampling uses its own random stream seeded from `seed`, so an evaluation is repeatable and leaves
+    the training rollouts exactly as they would be without it. `samples`, when given, collects
+    (prompt, response, reward, correct) rows.
+    """
+    from ppokit.training.phases import generate, sampling_params
+
+    per_call = max(1, args.per_device_eval_batch_size)
     n = max(1, args.eval_rollout_n)
     sampling = sampling_params(args, n=n, temperature=args.eval_temperature)
-    started = time.perf_counter()
     groups: dict[str, list] = defaultdict(list)
-    for start in range(0, len(records), per_call):
-        chunk = records[start : start + per_call]
-        batch = generate(state, chunk, sampling, group_offset=start)
-        rewards, _ = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts, batch.records)
-        for i in range(len(chunk)):
-            idx = [j for j in range(len(batch)) if int(batch.group_ids[j]) == start + i]
-            judged = [judge(batch.records[j], batch.response_texts[j], float(rewards[j])) for j in idx]
-            groups[chunk[i].get("task") or "all"].append(
-                ([float(rewards[j]) for j in idx], [c for c, _ in judged], [a for _, a in judged])
-            )
-    metrics = summarize(groups, k or n)
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(args.seed)
+        for start in range(0, len(records), per_call):
+            chunk = records[start : start + per_call]
+            batch = generate(state, chunk, sampling, group_offset=start)
+            rewards, _ = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts, batch.records)
+            for i in range(len(chunk)):
+                idx = [j for j in range(len(batch)) if int(batch.group_ids[j]) == start + i]
+                judged = [judge(batch.records[j], batch.response_texts[j], float(rewards[j])) for j in idx]
+                groups[chunk[i].get("task") or "all"].append(
+                    ([float(rewards[j]) for j in idx], [c for c, _ in judged], [a for _, a in judged])
+                )
+                if samples is not None:
+                    samples.extend({"prompt": batch.prompt_texts[j], "response": batch.response_texts[j],
+                                    "reward": float(rewards[j]), "correct": c} for j, (c, _) in zip(idx, judged))
+    return groups
+
+
+def evaluate(state, args, k: int | None = None, samples: list | None = None) -> dict[str, float]:
+    """Generate `eval_rollout_n` responses per eval prompt (greedy when eval_temperature == 0) and score them.
+
+    Returns eval/mean@n, eval/pass@1, eval/pass@k (k = `k` or n), eval/maj@n where the task verifier
+    extracts answers, and eval/accuracy, overall and (with several tasks) per task as eval/<task>/...
+    """
+    started = time.perf_counter()
+    records = eval_records(state, args)
+    groups = generate_and_judge(state, args, records, samples)
+    metrics = summarize(groups, k or max(1, args.eval_rollout_n))
     metrics["eval/prompts"] = float(len(records))
     metrics["timing/eval_s"] = time.perf_counter() - started
     return metrics

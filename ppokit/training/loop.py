@@ -41,10 +41,9 @@ def train_loop(session) -> list[dict]:
     from ppokit.tracking import format_summary
 
     args = session.args
-    if args.resume_from_checkpoint not in (None, False, "", "false", "False"):
-        from ppokit.checkpoint import resume_into
+    from ppokit.checkpoint import prepare_run
 
-        resume_into(session, args.resume_from_checkpoint)
+    prepare_run(session)  # output_dir writable with room for a checkpoint; resume_from_checkpoint
     total = total_steps(session)
     progress = progress_view(session, total)
     try:

@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
+
+
+def batch_moments(x: torch.Tensor) -> tuple[float, float, float]:
+    """(count, mean, sum of squared deviations) of x (B,) over all data-parallel ranks."""
+    x = x.detach().double().flatten()
+    sums = torch.tensor([float(x.numel()), float(x.sum()), float((x * x).sum())], dtype=torch.float64)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(sums)  # sums, not gathers: ranks may hold different numbers of rewards
+    n, total, total_sq = sums.tolist()
+    if n == 0:
+        return 0.0, 0.0, 0.0
+    mean = total / n
+    return n, mean, max(total_sq - n * mean * mean, 0.0)
 
 
 class RunningNormalizer:
-    """Scales rewards by the running std of all rewards seen so far (Welford / Chan merge).
+    """(x - running mean) / running std over every reward seen so far, on all ranks (Chan's merge).
 
-    PaddleNLP normalises rewards by running statistics; like verl/OpenRLHF we divide by the running
-    std and subtract the running mean, so the score's sign relative to the average is kept.
+    As PaddleNLP's `compute_reward_normalization`: the statistics are updated with the batch first,
+    then the batch is normalised with them; the sign relative to the running average is kept.
+    The std is the unbiased (n - 1) one; with fewer than two rewards seen it is 1.
     """
 
     def __init__(self, eps: float = 1e-8):
@@ -19,26 +34,24 @@ class RunningNormalizer:
         self.eps = eps
 
     def update(self, x: torch.Tensor) -> None:
-        """Fold a batch x: (B,) into the running mean and variance."""
-        n = x.numel()
+        """Fold a batch x: (B,) (all ranks' batches together) into the running mean and variance."""
+        n, b_mean, b_m2 = batch_moments(x)
         if n == 0:
             return
-        b_mean = float(x.float().mean())
-        b_m2 = float(((x.float() - b_mean) ** 2).sum())
         total = self.count + n
         delta = b_mean - self.mean
         self.mean += delta * n / total
         self.m2 += b_m2 + delta**2 * self.count * n / total
-        self.count = total
+        self.count = int(total)
 
     @property
     def std(self) -> float:
-        return (self.m2 / max(self.count - 1, 1)) ** 0.5 if self.count > 1 else 1.0
+        return (self.m2 / (self.count - 1)) ** 0.5 if self.count > 1 else 1.0
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """Update with x (B,), then return (x - mean) / (std + eps)."""
+        """Update with x (B,), then return (x - mean) / (std + eps) in x's dtype."""
         self.update(x)
-        return (x - self.mean) / (self.std + self.eps)
+        return ((x.double() - self.mean) / (self.std + self.eps)).to(x.dtype)
 
     def state_dict(self) -> dict:
         return {"count": self.count, "mean": self.mean, "m2": self.m2}

@@ -13,7 +13,13 @@ import torch
 from ppokit.rewards import compute_rewards, skipped_groups
 from ppokit.rollout import SamplingParams
 from ppokit.training.actor import actor_update
-from ppokit.training.advantage import GROUP_ALGORITHMS, KL_IN_REWARD, compute_advantages, overlong_penalty, zero_std_groups
+from ppokit.training.advantage import (
+    GROUP_ALGORITHMS,
+    KL_IN_REWARD,
+    compute_advantages,
+    overlong_penalty,
+    zero_std_groups,
+)
 from ppokit.training.batch import RolloutBatch, build_batch, concat_batches
 from ppokit.training.forward import batched_logprobs
 
@@ -139,9 +145,9 @@ def score(state, args, batch: RolloutBatch) -> None:
         per_fn["overlong"] = penalty
         total = total + penalty
     batch.stats["reward/raw_mean"] = float(total.mean())
-    total = total.clamp(-args.clip_range_score, args.clip_range_score)
     if args.normalize_reward and state.reward_normalizer is not None:
-        total = state.reward_normalizer(total)
+        total = state.reward_normalizer(total)  # PaddleNLP normalises first, then clips
+    total = total.clamp(-args.clip_range_score, args.clip_range_score)
     batch.scores = total
     batch.reward_terms = per_fn
     batch.stats["reward/skipped_groups"] = float(state.skipped_groups)
@@ -170,7 +176,7 @@ def update(state, args, batch: RolloutBatch) -> dict[str, float]:
                                     extra_loss=state.ptx_loss))
         state.rollout_engine.update_weights(policy.engine.module)
     state.updates_done += 1
-    observed = batch.stats.get("kl/reward_kl", metrics.get("actor/kl"))
+    observed = batch.stats.get("kl/seq_kl_mean", metrics.get("actor/kl"))  # target_kl is per response
     if observed is not None and math.isfinite(observed):
         state.kl_ctl.update(observed, len(batch))
     metrics["timing/update_s"] = time.perf_counter() - started

@@ -1,19 +1,31 @@
-"""PaddleNLP's PTX auxiliary loss: `ptx_coeff` × token NLL of supervised targets, added to actor updates."""
+"""PaddleNLP's PTX auxiliary loss: `ptx_coeff` × token NLL of supervised targets, added to actor updates.
+
+`ptx_datasets` (or `ptx_task_config`) holds src/tgt records whose last `tgt` turn is the target; the
+prompt is the conversation before it, rendered as for rollouts. Once per actor mini-batch (with its
+first micro-batch) a micro-batch of these records is drawn and ptx_coeff × mean target-token NLL is
+added to the loss. `actor/ptx_loss` logs the NLL itself (not multiplied by ptx_coeff).
+"""
 
 from __future__ import annotations
 
 import torch
 
 from ppokit.algos.logprobs import token_logprobs
+from ppokit.training.actor import dp_world_size
 from ppokit.training.forward import autocast, position_ids
 
 
-def ptx_tensors(records: list[dict], tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask, target_mask), each (B, L): rendered prompt then the label + EOS, right-padded."""
+def ptx_tensors(records: list[dict], tokenizer, max_length: int | None = None):
+    """(input_ids, attention_mask, target_mask), each (B, L): rendered prompt then the target + EOS, right-padded.
+
+    With `max_length`, the target is cut so prompt + target fit (prompts were already limited to max_prompt_len).
+    """
     rows, targets = [], []
     for r in records:
         prompt = r["_prompt_ids"]
         target = tokenizer(r["label"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        if max_length is not None:
+            target = target[: max(max_length - len(prompt), 1)]
         rows.append(prompt + target)
         targets.append([0] * len(prompt) + [1] * len(target))
     width = max(len(x) for x in rows)
@@ -27,31 +39,42 @@ def ptx_tensors(records: list[dict], tokenizer) -> tuple[torch.Tensor, torch.Ten
     return ids, att, tmask
 
 
-def ptx_nll(module, records, tokenizer, chunk_size, compute_dtype, device) -> torch.Tensor:
-    """Mean token NLL of the records' labels given their prompts (differentiable)."""
-    ids, att, tmask = ptx_tensors(records, tokenizer)
+def ptx_nll(module, records, tokenizer, chunk_size, compute_dtype, device, max_length=None) -> torch.Tensor:
+    """Mean token NLL of the records' targets given their prompts (differentiable, a 0-d tensor)."""
+    ids, att, tmask = ptx_tensors(records, tokenizer, max_length)
+    ids, att, tmask = ids.to(device), att.to(device), tmask.to(device)
     with autocast(compute_dtype, device):
         logits = module(input_ids=ids, attention_mask=att, position_ids=position_ids(att), use_cache=False).logits
     logp = token_logprobs(logits[:, :-1], ids[:, 1:], chunk_size=chunk_size)
     mask = tmask[:, 1:]
-    return -(logp * mask).sum() / mask.sum().clamp_min(1)
+    return -(logp.float() * mask).sum() / mask.sum().clamp_min(1)
 
 
 def build_ptx_loss(args, policy, plan, records: list[dict]):
-    """A callable () -> (loss, metrics) drawing a micro-batch of PTX records, or None when PTX is off."""
+    """A callable () -> (loss, metrics) drawing a micro-batch of PTX records, or None when PTX is off.
+
+    The callable carries `.loader` (its PromptLoader, saved in checkpoints).
+    """
     from ppokit.data import PromptLoader
 
     if args.ptx_coeff <= 0:
         return None
     usable = [r for r in records if r.get("label")]
     if not usable:
-        raise ValueError("ptx_coeff > 0 needs ptx_datasets (or ptx_task_config) records with a target (last `tgt` turn)")
+        where = args.ptx_datasets or args.ptx_task_config
+        raise ValueError(
+            f"ptx_coeff={args.ptx_coeff} needs supervised records, but {where or 'no ptx_datasets'} gave "
+            f"{len(records)} records and none has a target; set ptx_datasets to src/tgt records whose last "
+            "`tgt` turn is the answer to learn, or set ptx_coeff to 0."
+        )
     loader = PromptLoader(usable, batch_size=plan.micro_batch_size, seed=args.seed + 1)
 
     def ptx_loss():
         nll = ptx_nll(policy.engine.module, loader.next_batch(), policy.tokenizer, args.chunk_size,
-                      policy.compute_dtype, policy.device)
-        return args.ptx_coeff * nll, {"actor/ptx_loss": float(nll.detach())}
+                      policy.compute_dtype, policy.device, args.max_length)
+        # Each rank adds its own PTX term and the actor scales its loss by the world size before
+        # DeepSpeed averages gradients: divide here so PTX weighs ptx_coeff x the mean over ranks.
+        return args.ptx_coeff * nll / dp_world_size(), {"actor/ptx_loss": float(nll.detach())}
 
     ptx_loss.loader = loader
     return ptx_loss

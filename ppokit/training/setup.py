@@ -46,7 +46,10 @@ def choose_device(args, dist_info) -> torch.device:
 
 def lr_schedule_spec(args, total_optimizer_steps: int, critic: bool = False) -> dict:
     """The LR schedule parameters for the actor or (with PaddleNLP's critic_* overrides) the critic."""
-    pick = (lambda k: getattr(args, f"critic_{k}") if critic and getattr(args, f"critic_{k}", None) is not None else getattr(args, k))
+    def pick(key):
+        own = getattr(args, f"critic_{key}", None) if critic else None
+        return own if own is not None else getattr(args, key)
+
     warmup = args.warmup_steps if getattr(args, "warmup_steps", 0) else int(pick("warmup_ratio") * total_optimizer_steps)
     return dict(
         kind=pick("lr_scheduler_type"),

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from session_helpers import distinct_chars, letter_a, tiny_overrides
 
 from ppokit.args import load_arguments
 from ppokit.rewards import RewardError
 from ppokit.session import Session
-from session_helpers import distinct_chars, letter_a, tiny_overrides
 
 
 def make(tiny_model_path, prompts_file, tmp_path, reward=letter_a, **extra):

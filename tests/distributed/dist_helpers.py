@@ -1,0 +1,54 @@
+"""Shared by the multi-process tests and the scripts they start under torchrun."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+# Variables a single-process Session in the pytest process leaves behind; a child launcher sets its own.
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
+               "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def distinct_chars(prompts, responses, **fields):
+    """Number of distinct characters: varies between samples, so advantages are never all zero."""
+    return [float(len(set(r))) for r in responses]
+
+
+def update_overrides(model_path: str, data_path: str, out_dir: str, **extra) -> dict:
+    """A GRPO step of 4 prompts x 4 responses in 2 mini-batches of micro-batches of 2 (global sizes,
+    valid for 1 and 2 ranks). lr 1 with adam_epsilon 1 makes the first AdamW step ~ lr x gradient,
+    so a wrong gradient shows up in the weights instead of being flattened to lr x sign(gradient)."""
+    base = dict(
+        actor_model_name_or_path=model_path, train_datasets=data_path, rl_algorithm="grpo",
+        global_batch_size=4, rollout_n=4, global_mini_batch_size=2, per_device_train_batch_size=2,
+        max_dec_len=8, max_prompt_len=32, max_length=64, learning_rate=1.0, adam_epsilon=1.0,
+        kl_loss_coeff=0.05, max_steps=2, output_dir=out_dir, logging_dir=str(Path(out_dir) / "vdl"),
+        seed=1, disable_tqdm=True, save_strategy="no", logging_steps=1,
+    )
+    base.update(extra)
+    return base
+
+
+def clean_env(**extra) -> dict:
+    """This process's environment without launcher variables, with the repo importable."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra)
+    return env
+
+
+def torchrun(script: Path, *args: str, nproc: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run `script args` under `python -m torch.distributed.run --standalone --nproc_per_node nproc`."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script),
+           *args]
+    return subprocess.run(cmd, env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def tail(done: subprocess.CompletedProcess, n: int = 4000) -> str:
+    return f"exit {done.returncode}\n--- stdout\n{done.stdout[-n:]}\n--- stderr\n{done.stderr[-n:]}"

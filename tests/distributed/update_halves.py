@@ -1,0 +1,70 @@
+"""Run under torchrun by test_update_two_ranks.py: each rank updates on its half (its whole groups)
+of a saved rollout batch, then writes its (gathered) parameters, the step's gathered metrics and the
+weights its rollout engine generates with.
+
+    python -m torch.distributed.run --nproc_per_node 2 update_halves.py SPEC.json
+
+SPEC.json: {"model", "data", "batch", "out_dir", "sharding", "extra_step"}; writes out_dir/rank<r>.pt.
+"""
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from dist_helpers import distinct_chars, update_overrides
+from ppokit.args import load_arguments
+from ppokit.models.weights import gathered
+from ppokit.session import Session
+from ppokit.training.distributed import gather_metrics
+from ppokit.training.phases import batch_metrics
+
+
+def my_groups(batch, rank: int, per_rank: int):
+    """The rows of this rank's whole groups: groups [rank*per_rank, (rank+1)*per_rank) in batch order."""
+    groups = torch.unique_consecutive(batch.group_ids)
+    mine = groups[rank * per_rank : (rank + 1) * per_rank]
+    return batch.select(torch.isin(batch.group_ids, mine).nonzero().squeeze(1))
+
+
+def parameters(model) -> dict[str, torch.Tensor]:
+    """Full parameters (ZeRO-3 gathered: a collective, every rank calls it)."""
+    with gathered(model):
+        return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def rollout_weights(session) -> dict[str, torch.Tensor]:
+    """The weights the rollout engine generates with (its own copy under ZeRO-3)."""
+    model = session.state.rollout_engine.generation_model
+    with gathered(model):
+        return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def main(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    out_dir = Path(spec["out_dir"])
+    args = load_arguments(None, overrides=update_overrides(spec["model"], spec["data"], str(out_dir / "run"),
+                                                           sharding=spec["sharding"]))
+    session = Session(args, reward_functions=[distinct_chars])
+    rank, world = session.state.dist.rank, session.state.dist.world_size
+    full = torch.load(spec["batch"], weights_only=False)
+    half = my_groups(full, rank, session.plan.prompts_per_rank)
+    stats = session.update(half)
+    local = {**stats, **batch_metrics(half)}
+    result = {
+        "world": world, "rank": rank, "rows": len(half), "plan": dataclasses.asdict(session.plan),
+        "params": parameters(session.model), "rollout_params": rollout_weights(session),
+        "local_metrics": local, "metrics": gather_metrics(local, half),
+    }
+    if spec.get("extra_step"):
+        result["step_metrics"] = session.step()  # rollout with the updated weights, score, update, log
+    session.close()
+    torch.save(result, out_dir / f"rank{rank}.pt")
+    print(f"rank {rank} of {world}: updated on {len(half)} sequences", flush=True)
+    torch.distributed.barrier()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
