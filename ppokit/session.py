@@ -140,7 +140,7 @@ class Session:
         """A table of prompt, response, rewards, advantage and length (ipywidgets in Jupyter)."""
         from ppokit.widgets import show_batch
 
-        return show_batch(batch if batch is not None else self.last_batch)
+        return show_batch(batch if batch is not None else getattr(self, "last_batch", None))
 
     @property
     def tracker(self):
@@ -171,3 +171,4 @@ class Session:
         if self._tracker is not None:
             self._tracker.close()
             self._tracker = None
+            self.resume_step = self.global_step  # a later step()/evaluate() continues the files, not replaces them

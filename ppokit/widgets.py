@@ -17,6 +17,7 @@ from ppokit.tracking.progress import format_summary
 from ppokit.tracking.svg import Series, line_chart
 
 FOLD_AT = 160  # characters shown before a long text is folded into <details>
+KL_KEYS = ("actor/kl", "kl/reward_kl", "actor/approx_kl")
 TEXT_WIDTH = 60  # characters of prompt / response shown per row in the plain-text table
 
 
@@ -207,9 +208,11 @@ def live_plot_svg(history: list[tuple[int, dict]]) -> str:
     accuracy = col("eval/accuracy")
     if any(a is not None for a in accuracy):
         reward.append(Series("eval/accuracy", steps, accuracy))
+    # KL to the reference when a KL term is on, else the policy's drift within the step
+    kl = next((k for k in KL_KEYS if any(m.get(k) is not None for _, m in history)), KL_KEYS[0])
     charts = [
         line_chart(reward, "reward"),
-        line_chart([Series("actor/kl", steps, col("actor/kl", "kl/reward_kl"))], "KL"),
+        line_chart([Series(kl, steps, col(kl))], "KL"),
         line_chart([Series("response_length/mean", steps, col("response_length/mean"))], "response length"),
     ]
     return "<div style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(charts) + "</div>"

@@ -20,7 +20,27 @@ def derive(args: Arguments, world_size: int) -> tuple[dict[str, Any], list[str]]
     _batch_rules(args, world_size, updates, notes)
     _eval_rules(args, updates)
     _misc_rules(args, updates, notes)
+    _algorithm_presets(args, updates, notes)
     return updates, notes
+
+
+# What the papers' recipes set, applied only to keys the user did not set.
+ALGORITHM_PRESETS = {
+    # Dr.GRPO (Liu et al. 2025): no std normalisation, a constant length normaliser.
+    "drgrpo": {"norm_adv_by_std_in_grpo": False, "loss_agg_mode": "seq-mean-token-sum-norm"},
+    # DAPO (Yu et al. 2025): clip-higher, token-level loss, dynamic sampling, overlong shaping.
+    "dapo": {"clip_range_ratio_low": 0.2, "clip_range_ratio_high": 0.28, "loss_agg_mode": "token-mean",
+             "dynamic_sampling": True, "enable_overlong_reward_buffer": True},
+}
+
+
+def _algorithm_presets(args: Arguments, updates: dict, notes: list[str]) -> None:
+    preset = ALGORITHM_PRESETS.get(args.rl_algorithm, {})
+    applied = {k: v for k, v in preset.items() if k not in args.model_fields_set and getattr(args, k) != v}
+    if applied:
+        updates.update(applied)
+        listed = ", ".join(f"{k}={v}" for k, v in applied.items())
+        notes.append(f"rl_algorithm={args.rl_algorithm} sets {listed} (the paper's recipe; set a key to override it).")
 
 
 def _batch_rules(args: Arguments, world_size: int, updates: dict, notes: list[str]) -> None:

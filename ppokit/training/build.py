@@ -135,9 +135,32 @@ def build_data(args, tokenizer, plan):
         # Eval prompts never come from the training set: an overlapping prompt would inflate eval metrics.
         logger.warning("removed %d eval prompts that also appear in the training data", overlap)
         evals = [r for r in evals if r["_prompt_text"] not in train_prompts]
+    if not evals and args.eval_split_ratio:
+        train, evals = split_off_eval(train, args.eval_split_ratio, args.seed)
     loader = PromptLoader(train, batch_size=plan.prompts_per_step, seed=args.seed,
                           shuffle=args.dataloader_shuffle, drop_last=args.dataloader_drop_last)
     return train, evals, loader
+
+
+def split_off_eval(train: list[dict], ratio: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """(train, eval): a seeded `ratio` of the distinct training prompts becomes the eval set (`eval_split_ratio`).
+
+    Every copy of a held-out prompt leaves the training set, and the eval set keeps one copy of each.
+    """
+    import random
+
+    prompts = sorted({r["_prompt_text"] for r in train})
+    random.Random(seed).shuffle(prompts)
+    held = set(prompts[: max(1, round(ratio * len(prompts)))])
+    if len(held) >= len(prompts):
+        raise ValueError(f"eval_split_ratio={ratio} would leave no training prompts ({len(prompts)} distinct); "
+                         "lower it or set eval_datasets")
+    evals, seen = [], set()
+    for r in train:
+        if r["_prompt_text"] in held and r["_prompt_text"] not in seen:
+            seen.add(r["_prompt_text"])
+            evals.append(r)
+    return [r for r in train if r["_prompt_text"] not in held], evals
 
 
 def encode(records, tokenizer, max_prompt_len, encode_prompts):

@@ -26,7 +26,7 @@ def progress_view(session, total: int):
             from ppokit.widgets import in_notebook, live_view
 
             if in_notebook():
-                return live_view(total)
+                return live_view(total, history=session.history)
         except ImportError:
             pass
     return ConsoleProgress(total=total, disable=disable)
@@ -34,6 +34,19 @@ def progress_view(session, total: int):
 
 def should(every: int | None, step: int) -> bool:
     return bool(every) and every > 0 and step % every == 0
+
+
+def eval_due(args, step: int, new_epoch: bool) -> bool:
+    """`evaluation_strategy` "steps": every `eval_steps` steps; "epoch": when the prompts enter a new epoch."""
+    if not args.do_eval or args.evaluation_strategy == "no":
+        return False
+    return new_epoch if args.evaluation_strategy == "epoch" else should(args.eval_steps, step)
+
+
+def check_eval_data(session) -> None:
+    if session.args.do_eval and not session.state.eval_records:
+        raise ValueError("do_eval is on but there are no eval prompts: set eval_datasets (or eval_task_config; "
+                         "prompts that also appear in the training data are removed), or set do_eval: false")
 
 
 def train_loop(session) -> list[dict]:
@@ -45,20 +58,27 @@ def train_loop(session) -> list[dict]:
 
     prepare_run(session)  # output_dir writable with room for a checkpoint; resume_from_checkpoint
     total = total_steps(session)
+    check_eval_data(session)
     progress = progress_view(session, total)
+    epoch, evaluated_at = session.state.loader.epoch, None
     try:
         while session.global_step < total:
             metrics = session.step()
             step = session.global_step
-            if args.do_eval and args.evaluation_strategy != "no" and should(args.eval_steps, step):
+            if eval_due(args, step, session.state.loader.epoch != epoch):
                 metrics.update(session.evaluate())
+                session.history[-1].update(metrics)
+                evaluated_at = step
+            epoch = session.state.loader.epoch
             progress.update(step, metrics)
             if should(args.logging_steps, step) and session.state.dist.rank == 0:
                 logger.info(format_summary(step, metrics, total=total))
             if args.save_strategy == "steps" and should(args.save_steps, step) and step < total:
                 session.save()
-        if args.do_eval and session.state.eval_records:
-            session.evaluate()
+        if args.do_eval and session.state.eval_records and evaluated_at != session.global_step:
+            final = session.evaluate()
+            if session.history:
+                session.history[-1].update(final)
         session.save(final=True)
     finally:
         progress.close()

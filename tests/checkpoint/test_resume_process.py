@@ -44,7 +44,7 @@ def assert_same_run(reference: Path, out: Path, resumed_at: int) -> None:
     assert_bitwise_equal(weights(reference), weights(out))
     assert_bitwise_equal(weights(reference / "checkpoint-10" / "actor"), weights(out / "checkpoint-10" / "actor"))
     ref_opt, opt = optimizer_state(reference / "checkpoint-10"), optimizer_state(out / "checkpoint-10")
-    assert ref_opt["lr_scheduler"] == opt["lr_scheduler"] 
+    assert ref_opt["lr_scheduler"] == opt["lr_scheduler"]
     assert ref_opt["global_steps"] == opt["global_steps"] == 20  # 2 mini-batches per step
     for index, ref_state in ref_opt["optimizer"].items():
         for name, value in ref_state.items():
