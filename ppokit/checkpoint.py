@@ -48,7 +48,7 @@ MEANING_KEYS = (
 # Keys that may change freely between a run and its resume (no note).
 HARMLESS_KEYS = ("max_steps", "num_train_epochs", "resume_from_checkpoint", "force_resume", "output_dir",
                  "logging_dir", "run_name", "report_to", "disable_tqdm", "do_eval", "do_train",
-                 "evaluation_strategy", "overwrite_output_dir")
+                 "evaluation_strategy", "overwrite_output_dir", "decay_steps")
 HARMLESS_PREFIXES = ("logging_", "eval_", "save_")
 
 
@@ -225,10 +225,31 @@ def trainer_state(session) -> dict:
         "kl_ctl": st.kl_ctl.state_dict(),
         "reward_normalizer": st.reward_normalizer.state_dict() if st.reward_normalizer is not None else None,
         "ptx_loader": st.ptx_loss.loader.state_dict() if st.ptx_loss is not None else None,
+        "schedules": {"actor": schedule_position(st.policy.engine),
+                      "critic": schedule_position(st.critic.engine) if st.critic is not None else None},
         "history": session.history,
         "args": session.args.to_dict(),
         "config": session.args.to_config(),  # only the keys that were set: rebuilds the same batch mode
     }
+
+
+def schedule_position(engine) -> dict:
+    """How far the engine's optimizer and LR schedule have gone (restored when optimizer state is not saved)."""
+    scheduler = getattr(engine, "lr_scheduler", None)
+    return {"global_steps": int(engine.global_steps),
+            "lr_last_epoch": int(scheduler.last_epoch) if scheduler is not None else None}
+
+
+def fast_forward_schedule(engine, position: dict | None) -> None:
+    """Put a fresh engine's step counter and LR schedule where the saved run was (its Adam moments restart)."""
+    if not position:
+        return
+    engine.global_steps = position["global_steps"]
+    scheduler = getattr(engine, "lr_scheduler", None)
+    if scheduler is not None and position.get("lr_last_epoch") is not None:
+        scheduler._step_count = max(scheduler._step_count, 2)  # past torch's "step before optimizer" check
+        scheduler.last_epoch = position["lr_last_epoch"] - 1
+        scheduler.step()  # sets every group's lr for step `lr_last_epoch`
 
 
 def write_actor(session, tmp: Path) -> None:
@@ -319,16 +340,17 @@ def check_arguments(path: Path, saved: dict, args) -> None:
             f"{path} was made with different arguments that change what the run means ({listing}); "
             "restore them, or pass --force_resume true to resume anyway"
         )
-    if changed:
+    if changed and is_rank0():
         logger.warning("force_resume: resuming %s although these arguments changed: %s", path, listing)
     others = [k for k in current if k in saved and saved[k] != current[k] and k not in changed and not is_harmless(k)]
-    if others:
+    if others and is_rank0():
         logger.warning("resuming %s with changed arguments: %s", path,
                        "; ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in others))
 
 
-def load_actor(session, path: Path) -> None:
+def load_actor(session, path: Path, saved: dict) -> None:
     st = session.state
+    schedules = saved.get("schedules") or {}
     engine = st.policy.engine
     if (path / "actor_ds").is_dir():
         load, _ = engine.load_checkpoint(str(path / "actor_ds"), tag="state", load_optimizer_states=True,
@@ -339,11 +361,13 @@ def load_actor(session, path: Path) -> None:
         adapter = path / "actor_adapter"
         load_weights(engine.module, adapter if hasattr(engine.module, "peft_config") else path / "actor")
         refresh_master_weights(engine)
-        logger.info("%s has no optimizer state (ignore_save_lr_and_optim): the optimizer starts afresh", path)
+        fast_forward_schedule(engine, schedules.get("actor"))
+        logger.info("%s has no optimizer state (ignore_save_lr_and_optim): Adam's moments start from zero", path)
     if st.critic is not None:
         st.critic.load(path)
         if not (path / "critic_ds").is_dir():
             refresh_master_weights(st.critic.engine)
+            fast_forward_schedule(st.critic.engine, schedules.get("critic"))
     st.rollout_engine.update_weights(engine.module)
 
 
@@ -368,16 +392,19 @@ def resume_into(session, spec) -> Path:
     """
     path = find_checkpoint(spec, session.args.output_dir)
     saved = json.loads((path / STATE_FILE).read_text())
+    if saved.get("format", 1) > FORMAT_VERSION:
+        raise CheckpointError(f"{path} was written by a newer ppokit (checkpoint format {saved['format']}); "
+                              "upgrade ppokit to resume it")
     check_arguments(path, saved["args"], session.args)
     rng_file = path / f"rng_state_{rank()}.pt"
     if not rng_file.is_file():
         raise CheckpointError(f"{path} has no {rng_file.name}: it was saved by a run with fewer processes; "
                               "resume with the same number of processes")
-    load_actor(session, path)
+    load_actor(session, path, saved)
     restore_counters(session, saved)
     newer = [p.name for p in complete_checkpoints(path.parent) if p.name != path.name
              and int(p.name.split("-")[1]) > session.global_step]
-    if newer and path.parent.resolve() == Path(session.args.output_dir).resolve():
+    if newer and is_rank0() and path.parent.resolve() == Path(session.args.output_dir).resolve():
         logger.warning("resuming from %s although %s are newer; they are replaced as this run reaches their steps",
                        path.name, ", ".join(newer))
     session.resume_step = session.global_step

@@ -50,12 +50,14 @@ def hf_state_dict(module) -> dict[str, torch.Tensor] | None:
         if _rank() != 0:
             return None
         state: dict[str, torch.Tensor] = {}
-        copies: dict[tuple, torch.Tensor] = {}  # tied weights (embeddings / LM head) stay one tensor
+        # Tied weights (embeddings / LM head) stay one tensor. The sources are kept alive while copying, so
+        # a temporary (a LoRA-merged weight) cannot free its memory for the next one to reuse its address.
+        copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         for name, tensor in hf_state(module):
             key = (tensor.data_ptr(), tensor.shape, tensor.dtype)
             if key not in copies or tensor.numel() == 0:
-                copies[key] = tensor.detach().to("cpu", copy=True).contiguous()
-            state[name] = copies[key]
+                copies[key] = (tensor, tensor.detach().to("cpu", copy=True).contiguous())
+            state[name] = copies[key][1]
         return state
 
 

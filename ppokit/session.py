@@ -110,12 +110,12 @@ class Session:
         """Write `output_dir/checkpoint-<step>` atomically; with final=True also the HF model in output_dir."""
         from pathlib import Path
 
-        from ppokit.checkpoint import is_rank0, save_checkpoint, save_hf
+        from ppokit.checkpoint import save_checkpoint, save_hf
 
         path = None
         if not final or self.args.save_strategy != "no":
             path = save_checkpoint(self)
-        if final and is_rank0():
+        if final:  # every rank calls it (ZeRO-3 gathers the weights); rank 0 writes
             save_hf(self.model, self.tokenizer, Path(self.args.output_dir))
         return path
 

@@ -288,11 +288,15 @@ class HtmlLiveView(_LiveBase):
 
     def update(self, step: int, metrics: dict) -> None:
         self.record(step, metrics)
-        self.handle.update(self._html(self.render()))
+        self._redraw()
 
     def close(self) -> None:
         super().close()
-        self.handle.update(self._html(self.render()))
+        self._redraw()
+
+    def _redraw(self) -> None:
+        if self.handle is not None:  # None when IPython has no shell to display into
+            self.handle.update(self._html(self.render()))
 
 
 def live_view(total: int, history: list[dict] | None = None):

@@ -10,6 +10,7 @@ import torch
 from ppokit.algos.kl import AdaptiveKL, FixedKL
 from ppokit.args import batch_plan, check_lengths
 from ppokit.training.batch import RolloutBatch
+from ppokit.training.distributed import quiet_other_ranks, zero_options
 from ppokit.training.forward import batched_logprobs
 from ppokit.training.setup import Policy, choose_device, lr_schedule_spec, seed_everything
 
@@ -48,7 +49,7 @@ class State:
 
 def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
     """Tokenizer, actor in a DeepSpeed engine, and the reference (only when a KL term is used)."""
-    from ppokit.engine import build_engine, deepspeed_config, zero_stage_from
+    from ppokit.engine import build_engine, deepspeed_config
     from ppokit.models import (
         LoraSpec,
         attention_implementation,
@@ -81,7 +82,7 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
         reference = load_reference(model, path, dtype=param_dtype, device=device, lora_used=lora is not None)
     total_steps = plan.optimizer_steps_per_rollout * max(args.max_steps, 1)
     ds = deepspeed_config(
-        zero_stage=zero_stage_from(args.sharding), offload_optimizer="optimizer" in args.offload_level,
+        **zero_options(args),  # sharding stage; offload_level / offload_optim / "stageN offload"
         micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
         world_size=plan.world_size, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
         eps=args.adam_epsilon, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
@@ -188,6 +189,7 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     from ppokit.rollout import make_rollout_engine
 
     dist = init_distributed()
+    quiet_other_ranks(dist.rank)  # only rank 0 prints ppokit's info lines
     plan = batch_plan(args, dist.world_size)
     seed_everything(args.seed)
     policy = build_policy(args, dist, plan, model=model, tokenizer=tokenizer)

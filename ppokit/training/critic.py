@@ -20,6 +20,7 @@ from ppokit.algos.reduce import reduce_loss
 from ppokit.algos.value_loss import clipped
 from ppokit.training.actor import chunks, dp_world_size, global_denominators
 from ppokit.training.batch import RolloutBatch
+from ppokit.training.distributed import zero_options
 from ppokit.training.forward import batched_values, value_forward
 from ppokit.training.setup import lr_schedule_spec
 
@@ -98,7 +99,7 @@ def critic_option(args, key: str):
 
 def build_critic(args, dist, plan, policy) -> Critic:
     """A value model (backbone + scalar head) trained by its own engine with the critic_* optimizer and schedule."""
-    from ppokit.engine import build_engine, deepspeed_config, zero_stage_from
+    from ppokit.engine import build_engine, deepspeed_config
     from ppokit.models import attention_implementation, dtype_for, load_value_model, resolve_model_path
 
     param_dtype, compute_dtype = dtype_for(args.bf16, args.fp16, policy.device)
@@ -114,7 +115,7 @@ def build_critic(args, dist, plan, policy) -> Critic:
         model = load_value_model(source, dtype=param_dtype, device=policy.device, gradient_checkpointing=recompute,
                                  attn_implementation=attention_implementation(args.use_flash_attention))
     ds = deepspeed_config(
-        zero_stage=zero_stage_from(args.sharding), offload_optimizer="optimizer" in args.offload_level,
+        **zero_options(args),  # sharding stage; offload_level / offload_optim / "stageN offload"
         micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
         world_size=plan.world_size, lr=critic_option(args, "learning_rate"), betas=(args.adam_beta1, args.adam_beta2),
         eps=args.adam_epsilon, weight_decay=critic_option(args, "weight_decay"), max_grad_norm=args.max_grad_norm,

@@ -20,6 +20,7 @@ With one process every function here returns its input unchanged.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -38,6 +39,22 @@ def world_size() -> int:
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
     return 1
+
+
+def zero_options(args) -> dict:
+    """`deepspeed_config`'s zero_stage and offload_optimizer from PaddleNLP's keys: the stage from
+    `sharding`; optimizer offload when `offload_level` names "optimizer", `sharding` has an "offload"
+    word, or `offload_optim` is true."""
+    from ppokit.engine import zero_settings
+
+    stage, offload = zero_settings(args.sharding, args.offload_level)
+    return {"zero_stage": stage, "offload_optimizer": offload or bool(getattr(args, "offload_optim", False))}
+
+
+def quiet_other_ranks(rank: int) -> None:
+    """On ranks other than 0, show only ppokit's warnings and errors (rank 0 prints the info lines)."""
+    if rank != 0:
+        logging.getLogger("ppokit").setLevel(logging.WARNING)
 
 
 def collective_device() -> torch.device:
@@ -145,6 +162,21 @@ def gather_metrics(metrics: dict[str, float], batch=None) -> dict[str, float]:
     if all(p["facts"] is not None for p in gathered):
         out.update(batch_metrics(SequenceFacts.concat([p["facts"] for p in gathered])))
     return {key: out[key] for key in dict.fromkeys([*metrics, *out])}
+
+
+def over_ranks(key: str, value: float | None, weight: int) -> tuple[float | None, int]:
+    """(`key`'s value over all ranks as `gather_metrics` combines it, total weight): e.g. the observed
+    KL that drives the adaptive KL controller, so every rank keeps the same beta. A collective; a
+    value that is None on every rank stays None. One process: (value, weight)."""
+    if world_size() == 1:
+        return value, weight
+    gathered: list = [None] * world_size()
+    dist.all_gather_object(gathered, (value, int(weight)))
+    total = sum(w for _, w in gathered)
+    have = [(float(v), float(w)) for v, w in gathered if v is not None]
+    if not have:
+        return None, total
+    return combine([v for v, _ in have], [w for _, w in have], reduction_for(key)), total
 
 
 def all_ranks_min(value: int) -> int:

@@ -6,8 +6,7 @@ import json
 import math
 import time
 from collections import Counter, defaultdict
-
-import torch
+from dataclasses import replace
 
 from ppokit.rewards import compute_rewards
 
@@ -92,9 +91,9 @@ def eval_records(state, args) -> list[dict]:
 def generate_and_judge(state, args, records: list[dict], samples: list | None = None) -> dict[str, list]:
     """{task: [(rewards, corrects, answers) per prompt]} for `eval_rollout_n` responses per record.
 
-    Sampling uses its own random stream seeded from `seed`, so an evaluation is repeatable and leaves
-    the training rollouts exactly as they would be without it. `samples`, when given, collects
-    (prompt, response, reward, correct) rows.
+    Sampling is seeded from `seed` per generation call (`SamplingParams.seed`), so an evaluation is
+    repeatable and leaves the training rollouts exactly as they would be without it. `samples`, when
+    given, collects (prompt, response, reward, correct) rows.
     """
     from ppokit.training.phases import generate, sampling_params
 
@@ -102,22 +101,20 @@ def generate_and_judge(state, args, records: list[dict], samples: list | None = 
     n = max(1, args.eval_rollout_n)
     sampling = sampling_params(args, n=n, temperature=args.eval_temperature)
     groups: dict[str, list] = defaultdict(list)
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(args.seed)
-        for start in range(0, len(records), per_call):
-            chunk = records[start : start + per_call]
-            batch = generate(state, chunk, sampling, group_offset=start)
-            rewards, _ = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts, batch.records)
-            for i in range(len(chunk)):
-                idx = [j for j in range(len(batch)) if int(batch.group_ids[j]) == start + i]
-                judged = [judge(batch.records[j], batch.response_texts[j], float(rewards[j])) for j in idx]
-                groups[chunk[i].get("task") or "all"].append(
-                    ([float(rewards[j]) for j in idx], [c for c, _ in judged], [a for _, a in judged])
-                )
-                if samples is not None:
-                    samples.extend({"prompt": batch.prompt_texts[j], "response": batch.response_texts[j],
-                                    "reward": float(rewards[j]), "correct": c} for j, (c, _) in zip(idx, judged))
+    for start in range(0, len(records), per_call):
+        chunk = records[start : start + per_call]
+        # a per-call seed: the engine samples from its own stream, the training RNG is left alone
+        batch = generate(state, chunk, replace(sampling, seed=args.seed + start), group_offset=start)
+        rewards, _ = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts, batch.records)
+        for i in range(len(chunk)):
+            idx = [j for j in range(len(batch)) if int(batch.group_ids[j]) == start + i]
+            judged = [judge(batch.records[j], batch.response_texts[j], float(rewards[j])) for j in idx]
+            groups[chunk[i].get("task") or "all"].append(
+                ([float(rewards[j]) for j in idx], [c for c, _ in judged], [a for _, a in judged])
+            )
+            if samples is not None:
+                samples.extend({"prompt": batch.prompt_texts[j], "response": batch.response_texts[j],
+                                "reward": float(rewards[j]), "correct": c} for j, (c, _) in zip(idx, judged))
     return groups
 
 

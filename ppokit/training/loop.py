@@ -43,6 +43,13 @@ def eval_due(args, step: int, new_epoch: bool) -> bool:
     return new_epoch if args.evaluation_strategy == "epoch" else should(args.eval_steps, step)
 
 
+def save_due(args, step: int, new_epoch: bool) -> bool:
+    """`save_strategy` "steps": every `save_steps` steps; "epoch": when the prompts enter a new epoch."""
+    if args.save_strategy == "epoch":
+        return new_epoch
+    return args.save_strategy == "steps" and should(args.save_steps, step)
+
+
 def check_eval_data(session) -> None:
     if session.args.do_eval and not session.state.eval_records:
         raise ValueError("do_eval is on but there are no eval prompts: set eval_datasets (or eval_task_config; "
@@ -65,7 +72,8 @@ def train_loop(session) -> list[dict]:
         while session.global_step < total:
             metrics = session.step()
             step = session.global_step
-            if eval_due(args, step, session.state.loader.epoch != epoch):
+            new_epoch = session.state.loader.epoch != epoch
+            if eval_due(args, step, new_epoch):
                 metrics.update(session.evaluate())
                 session.history[-1].update(metrics)
                 evaluated_at = step
@@ -73,7 +81,7 @@ def train_loop(session) -> list[dict]:
             progress.update(step, metrics)
             if should(args.logging_steps, step) and session.state.dist.rank == 0:
                 logger.info(format_summary(step, metrics, total=total))
-            if args.save_strategy == "steps" and should(args.save_steps, step) and step < total:
+            if save_due(args, step, new_epoch) and step < total:
                 session.save()
         if args.do_eval and session.state.eval_records and evaluated_at != session.global_step:
             final = session.evaluate()

@@ -21,6 +21,7 @@ from ppokit.training.advantage import (
     zero_std_groups,
 )
 from ppokit.training.batch import RolloutBatch, build_batch, concat_batches
+from ppokit.training.distributed import all_ranks_min, over_ranks
 from ppokit.training.forward import batched_logprobs
 
 
@@ -80,7 +81,7 @@ def dynamic_sampling_rollout(state, args) -> RolloutBatch:
     need = state.plan.prompts_per_rank
     kept: list[RolloutBatch] = []
     have, dropped, rounds = 0, 0, 0
-    while have < need:
+    while all_ranks_min(have) < need:  # every rank draws as often, so the loaders stay in step
         rounds += 1
         if args.max_gen_batches > 0 and rounds > args.max_gen_batches:
             raise RuntimeError(
@@ -176,9 +177,10 @@ def update(state, args, batch: RolloutBatch) -> dict[str, float]:
                                     extra_loss=state.ptx_loss))
         state.rollout_engine.update_weights(policy.engine.module)
     state.updates_done += 1
-    observed = batch.stats.get("kl/seq_kl_mean", metrics.get("actor/kl"))  # target_kl is per response
+    key = "kl/seq_kl_mean" if "kl/seq_kl_mean" in batch.stats else "actor/kl"  # target_kl is per response
+    observed, n = over_ranks(key, batch.stats.get(key, metrics.get(key)), len(batch))  # one beta on all ranks
     if observed is not None and math.isfinite(observed):
-        state.kl_ctl.update(observed, len(batch))
+        state.kl_ctl.update(observed, n)
     metrics["timing/update_s"] = time.perf_counter() - started
     return metrics
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from checkpoint_helpers import (
     REPO,
     assert_bitwise_equal,
@@ -22,6 +21,7 @@ from checkpoint_helpers import (
     weights,
     write_config,
 )
+
 from ppokit.checkpoint import complete_checkpoints, find_checkpoint
 
 

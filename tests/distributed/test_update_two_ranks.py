@@ -10,8 +10,8 @@ import json
 
 import pytest
 import torch
-
 from dist_helpers import HERE, distinct_chars, tail, torchrun, update_overrides
+
 from ppokit.args import load_arguments
 from ppokit.session import Session
 from ppokit.training.phases import batch_metrics

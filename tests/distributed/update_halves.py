@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import torch
-
 from dist_helpers import distinct_chars, update_overrides
+
 from ppokit.args import load_arguments
 from ppokit.models.weights import gathered
 from ppokit.session import Session

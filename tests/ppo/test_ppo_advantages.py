@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from ppo_helpers import make_ppo
 
 LENGTHS = [3, 8, 5, 1]  # response lengths forced onto the 4 rollouts (as if EOS came early)

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from ppo_helpers import changed, constant_one, distinct_chars, make_ppo, rollout_with_advantages, snapshot
+
 from ppokit.models import is_recomputing
 
 

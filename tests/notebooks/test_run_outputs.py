@@ -1,0 +1,51 @@
+"""What a finished Session run leaves behind: the files `python -m ppokit.report` reads, and VisualDL records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_session_run_writes_args_metrics_and_samples(tiny_run):
+    args = json.loads((tiny_run.out / "args.json").read_text())
+    assert args["max_steps"] == 4 and args["rl_algorithm"] == "grpo"
+    metrics = rows(tiny_run.out / "metrics.jsonl")
+    assert [r["step"] for r in metrics if "reward/mean" in r] == [1, 2, 3, 4]
+    assert [r["step"] for r in metrics if "eval/pass@2" in r] == [2, 4]
+    samples = rows(tiny_run.out / "samples.jsonl")
+    assert sorted({r["step"] for r in samples}) == [1, 2, 3, 4]  # logging_steps=1: samples every step
+    assert {"prompt", "response", "reward", "advantage", "reward/distinct_chars"} <= set(samples[0])
+
+
+def test_the_report_builds_from_a_session_run(tiny_run, tmp_path):
+    out = tmp_path / "report.html"
+    done = subprocess.run([sys.executable, "-m", "ppokit.report", str(tiny_run.out), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert "<svg" in page and "reward/mean" in page and "eval/pass@2" in page
+    assert "What is" in page  # the sampled arithmetic prompts
+    assert "grpo" in page  # the arguments section
+
+
+def test_visualdl_has_reward_curve_eval_scalars_sample_texts_and_hparams(tiny_run):
+    from visualdl import LogReader
+
+    (record_file,) = [p for p in tiny_run.vdl.iterdir() if "vdlrecords" in p.name]
+    reader = LogReader(file_path=str(record_file))
+    reward = [(r.id, r.value) for r in reader.get_data("scalar", "reward/mean")]
+    expected = [(r["step"], r["reward/mean"]) for r in rows(tiny_run.out / "metrics.jsonl") if "reward/mean" in r]
+    assert [s for s, _ in reward] == [1, 2, 3, 4]
+    assert [round(v, 5) for _, v in reward] == [round(v, 5) for _, v in expected]
+    assert [r.id for r in reader.get_data("scalar", "eval/pass@2")] == [2, 4]
+    texts = reader.get_data("text", "samples")
+    assert [t.id for t in texts] == [1, 2, 3, 4] and "*response*" in texts[0].text.encoded_text_string
+    (hparams,) = reader.get_data("hyper_parameters", "hparam")
+    names = {h.name for h in hparams.hparam.hparamInfos}
+    assert {"learning_rate", "rollout_n", "max_steps", "rl_algorithm"} <= names
