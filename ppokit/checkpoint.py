@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ppokit.export import save_hf
+from ppokit.export import ExportError, load_weights, save_adapter, save_hf
 
 logger = logging.getLogger("ppokit")
 
@@ -155,59 +155,12 @@ def find_checkpoint(spec, output_dir: str | Path) -> Path:
 # ------------------------------------------------------------------ weights without DeepSpeed
 
 
-def partitioned(module) -> bool:
-    return any(hasattr(p, "ds_id") for p in module.parameters())
-
-
-def writable(module):
-    """A context in which `module`'s (possibly ZeRO-3 partitioned) weights can be overwritten (rank 0's win)."""
-    if not partitioned(module):
-        return contextlib.nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0)
-
-
 def refresh_master_weights(engine) -> None:
     """After writing module weights directly, copy them into ZeRO's fp32 master partitions (if any)."""
     optimizer = getattr(engine, "optimizer", None)
     if hasattr(optimizer, "refresh_fp32_params"):
         optimizer.refresh_fp32_params()
 
-
-def save_adapter(module, out: Path) -> None:
-    """The LoRA adapters (peft layout); collective under ZeRO-3, rank 0 writes."""
-    from ppokit.models.weights import gathered
-
-    with gathered(module):
-        if is_rank0():
-            module.save_pretrained(str(out), safe_serialization=True)
-
-
-def load_weights(module, folder: Path) -> None:
-    """Load weights saved by `save_hf` (plain model) or `save_adapter` (LoRA) from `folder` into `module`."""
-    from safetensors.torch import load_file
-
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"{folder} holds no *.safetensors weights; the checkpoint is damaged")
-    state = {}
-    for f in files:
-        state.update(load_file(f))
-    with writable(module):
-        if hasattr(module, "peft_config"):
-            from peft import set_peft_model_state_dict
-
-            result = set_peft_model_state_dict(module, state)
-            if result.unexpected_keys:
-                raise CheckpointError(f"{folder}: adapter weights {result.unexpected_keys[:5]} do not fit this model")
-            return
-        missing, unexpected = module.load_state_dict(state, strict=False)
-    tied = set(getattr(module, "_tied_weights_keys", None) or ()) | {"lm_head.weight"}
-    real_missing = [k for k in missing if k not in tied]
-    if real_missing or unexpected:
-        raise CheckpointError(f"{folder}: weights do not fit this model (missing {real_missing[:5]}, "
-                              f"unexpected {unexpected[:5]}); resume with the same actor_model_name_or_path")
 
 
 # ------------------------------------------------------------------ saving
@@ -218,6 +171,7 @@ def trainer_state(session) -> dict:
     return {
         "format": FORMAT_VERSION,
         "global_step": session.global_step,
+        "world_size": st.dist.world_size,
         "rollouts_drawn": st.rollouts_drawn,
         "updates_done": st.updates_done,
         "skipped_groups": st.skipped_groups,
@@ -359,7 +313,10 @@ def load_actor(session, path: Path, saved: dict) -> None:
             raise CheckpointError(f"DeepSpeed could not load {path / 'actor_ds'}; the checkpoint is damaged")
     else:
         adapter = path / "actor_adapter"
-        load_weights(engine.module, adapter if hasattr(engine.module, "peft_config") else path / "actor")
+        try:
+            load_weights(engine.module, adapter if hasattr(engine.module, "peft_config") else path / "actor")
+        except ExportError as exc:
+            raise CheckpointError(str(exc)) from exc
         refresh_master_weights(engine)
         fast_forward_schedule(engine, schedules.get("actor"))
         logger.info("%s has no optimizer state (ignore_save_lr_and_optim): Adam's moments start from zero", path)
@@ -396,10 +353,11 @@ def resume_into(session, spec) -> Path:
         raise CheckpointError(f"{path} was written by a newer ppokit (checkpoint format {saved['format']}); "
                               "upgrade ppokit to resume it")
     check_arguments(path, saved["args"], session.args)
-    rng_file = path / f"rng_state_{rank()}.pt"
-    if not rng_file.is_file():
-        raise CheckpointError(f"{path} has no {rng_file.name}: it was saved by a run with fewer processes; "
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if saved.get("world_size", world) != world:
+        raise CheckpointError(f"{path} was saved by {saved['world_size']} processes but this run has {world}; "
                               "resume with the same number of processes")
+    rng_file = path / f"rng_state_{rank()}.pt"
     load_actor(session, path, saved)
     restore_counters(session, saved)
     newer = [p.name for p in complete_checkpoints(path.parent) if p.name != path.name
@@ -462,6 +420,28 @@ def check_output_dir(output_dir: str | Path, need_bytes: int) -> None:
         )
 
 
+def start_fresh(session) -> None:
+    """Step 0 in an output_dir holding an earlier run's checkpoints: stop (a later `auto` would resume the wrong
+    run), unless overwrite_output_dir, which deletes them."""
+    root = Path(session.args.output_dir)
+    old = complete_checkpoints(root)
+    if not old:
+        return
+    names = ", ".join(p.name for p in old)
+    if not session.args.overwrite_output_dir:
+        raise CheckpointError(
+            f"output_dir {root} already holds checkpoints of an earlier run ({names}); resume it with "
+            "--resume_from_checkpoint auto, start over with --overwrite_output_dir true (which deletes them), "
+            "or choose another output_dir"
+        )
+    barrier()  # every rank has looked before rank 0 deletes
+    if is_rank0():
+        for path in old:
+            shutil.rmtree(path, ignore_errors=True)
+        logger.warning("overwrite_output_dir: deleted %s of an earlier run in %s", names, root)
+    barrier()
+
+
 def prepare_run(session) -> Path | None:
     """Before the first step of `train()`: check output_dir, then resume per `resume_from_checkpoint`.
 
@@ -470,10 +450,12 @@ def prepare_run(session) -> Path | None:
     """
     args = session.args
     check_output_dir(args.output_dir, checkpoint_bytes(session))
+    if session.global_step > 0 or getattr(session, "resume_step", None) is not None:
+        return None
     spec = args.resume_from_checkpoint
-    if spec in (None, False, "") or session.global_step > 0:
-        return None
-    if str(spec).lower() == "auto" and not complete_checkpoints(args.output_dir):
+    if spec not in (None, False, ""):
+        if not (str(spec).lower() == "auto" and not complete_checkpoints(args.output_dir)):
+            return resume_into(session, spec)
         logger.warning("resume_from_checkpoint=auto: no checkpoint in %s yet; starting from step 0", args.output_dir)
-        return None
-    return resume_into(session, spec)
+    start_fresh(session)
+    return None

@@ -7,11 +7,14 @@ tokenizer. The source may be
   - an output_dir: its newest complete checkpoint, or else the final model saved in it;
   - any HF model folder, or a peft adapter folder (merged into the base model its config names).
 Writing goes into a temporary folder renamed at the end, so `--out` is never left half written.
+
+The checkpoints use the same helpers: `save_hf` (the merged HF copy), `save_adapter` / `load_weights`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shutil
@@ -30,7 +33,7 @@ class ExportError(Exception):
     """The source cannot be exported (nothing to export, or the destination is in the way)."""
 
 
-# ------------------------------------------------------------------ writing a trained module
+# ------------------------------------------------------------------ a trained module's weights in HF / peft folders
 
 
 def _rank() -> int:
@@ -77,6 +80,54 @@ def save_hf(module, tokenizer, out: str | os.PathLike) -> None:
     plain_model(module).save_pretrained(out, state_dict=state, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
+
+
+def partitioned(module) -> bool:
+    return any(hasattr(p, "ds_id") for p in module.parameters())
+
+
+def writable(module):
+    """A context in which `module`'s (possibly ZeRO-3 partitioned) weights can be overwritten (rank 0's win)."""
+    if not partitioned(module):
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0)
+
+
+def save_adapter(module, out: Path) -> None:
+    """The LoRA adapters (peft layout); collective under ZeRO-3, rank 0 writes."""
+    from ppokit.models.weights import gathered
+
+    with gathered(module):
+        if _rank() == 0:
+            module.save_pretrained(str(out), safe_serialization=True)
+
+
+def load_weights(module, folder: Path) -> None:
+    """Load weights saved by `save_hf` (plain model) or `save_adapter` (LoRA) from `folder` into `module`."""
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ExportError(f"{folder} holds no *.safetensors weights; the checkpoint is damaged")
+    state = {}
+    for f in files:
+        state.update(load_file(f))
+    with writable(module):
+        if hasattr(module, "peft_config"):
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(module, state)
+            if result.unexpected_keys:
+                raise ExportError(f"{folder}: adapter weights {result.unexpected_keys[:5]} do not fit this model")
+            return
+        missing, unexpected = module.load_state_dict(state, strict=False)
+    tied = set(getattr(module, "_tied_weights_keys", None) or ()) | {"lm_head.weight"}
+    real_missing = [k for k in missing if k not in tied]
+    if real_missing or unexpected:
+        raise ExportError(f"{folder}: weights do not fit this model (missing {real_missing[:5]}, "
+                          f"unexpected {unexpected[:5]}); resume with the same actor_model_name_or_path")
 
 
 # ------------------------------------------------------------------ finding what to export

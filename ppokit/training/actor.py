@@ -28,6 +28,15 @@ def dp_world_size() -> int:
     return 1
 
 
+def pre_step_grad_norm(engine) -> float | None:
+    """The gradient norm before clipping, where DeepSpeed does not record it (ZeRO-0 without fp16 clips
+    with torch and keeps no norm); None where `engine.get_global_grad_norm()` has it after the step."""
+    if engine.zero_optimization_stage() != 0 or engine.fp16_enabled():
+        return None
+    norms = [p.grad.detach().float().norm() for p in engine.module.parameters() if p.grad is not None]
+    return float(torch.stack(norms).norm()) if norms else 0.0
+
+
 def global_denominators(mask: torch.Tensor) -> tuple[float, float]:
     """(valid tokens, sequences) of a mini-batch summed over data-parallel ranks. mask: (b, R)."""
     totals = torch.tensor([float(mask.sum()), float(mask.shape[0])], dtype=torch.float64)
@@ -106,11 +115,12 @@ def actor_update(engine, batch: RolloutBatch, args, plan, compute_dtype, device,
                 # Global denominators make the per-rank losses sum to the batch loss; DeepSpeed averages
                 # gradients over ranks, so scale back up by the world size.
                 engine.backward(loss * dp_world_size(), scale_wrt_gas=False)
+                norm = pre_step_grad_norm(engine) if k == len(micro) - 1 else None
                 engine.step()
                 for key, v in metrics.items():
                     sums[key] += v
                     counts[key] += 1
-            sums["actor/grad_norm"] += float(engine.get_global_grad_norm() or 0.0)
+            sums["actor/grad_norm"] += norm if norm is not None else float(engine.get_global_grad_norm() or 0.0)
             counts["actor/grad_norm"] += 1
     out = {k: sums[k] / counts[k] for k in sums}
     # Loss-like terms are per-micro-batch shares of the mini-batch value: report the mini-batch value.

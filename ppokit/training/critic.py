@@ -18,7 +18,7 @@ import torch
 from ppokit.algos.masked import masked_mean, masked_var
 from ppokit.algos.reduce import reduce_loss
 from ppokit.algos.value_loss import clipped
-from ppokit.training.actor import chunks, dp_world_size, global_denominators
+from ppokit.training.actor import chunks, dp_world_size, global_denominators, pre_step_grad_norm
 from ppokit.training.batch import RolloutBatch
 from ppokit.training.distributed import zero_options
 from ppokit.training.forward import batched_values, value_forward
@@ -46,13 +46,11 @@ class Critic:
         return critic_update(self, batch, args, plan)
 
     def save(self, folder: Path, weights_only: bool) -> None:
-        from ppokit.checkpoint import is_rank0
         from ppokit.models import save_value_model
 
         if not weights_only:
             self.engine.save_checkpoint(str(folder / "critic_ds"), tag="state")
-        if is_rank0():
-            save_value_model(self.engine.module, folder / "critic")
+        save_value_model(self.engine.module, folder / "critic")  # every rank (ZeRO-3 gathers); rank 0 writes
 
     def load(self, folder: Path) -> None:
         from ppokit.models import load_value_state
@@ -136,15 +134,6 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     if float(var_r) == 0.0:
         return 0.0
     return float(1 - masked_var(returns - values, mask) / var_r)
-
-
-def pre_step_grad_norm(engine) -> float | None:
-    """The gradient norm before clipping, where DeepSpeed does not record it (ZeRO-0 without fp16 clips
-    with torch and keeps no norm); None where `engine.get_global_grad_norm()` has it after the step."""
-    if engine.zero_optimization_stage() != 0 or engine.fp16_enabled():
-        return None
-    norms = [p.grad.detach().float().norm() for p in engine.module.parameters() if p.grad is not None]
-    return float(torch.stack(norms).norm()) if norms else 0.0
 
 
 def critic_micro_step(critic: Critic, part: RolloutBatch, args, denoms, last: bool) -> tuple[float, float, float | None]:

@@ -30,11 +30,19 @@ def trainable(s: Session) -> dict[str, torch.Tensor]:
     from ppokit.models.weights import gathered
 
     with gathered(s.model):
-        return {k: v.detach().clone() for k, v in s.model.state_dict().items()}
+        out = {k: v.detach().clone() for k, v in s.model.state_dict().items()}
+    if s.state.critic is not None:
+        critic = s.state.critic.engine.module
+        with gathered(critic):
+            out.update({f"critic.{k}": v.detach().clone() for k, v in critic.state_dict().items()})
+    return out
 
 
-@pytest.mark.parametrize("extra", [{}, {"sharding": "stage2"}, {"sharding": "stage3"}, {"lora_rank": 4}],
-                         ids=["zero0", "zero2", "zero3", "lora"])
+PPO = {"rl_algorithm": "ppo", "kl_coeff": 0.05, "kl_loss_coeff": 0.0}
+
+
+@pytest.mark.parametrize("extra", [{}, {"sharding": "stage2"}, {"sharding": "stage3"}, {"lora_rank": 4}, PPO],
+                         ids=["zero0", "zero2", "zero3", "lora", "ppo"])
 def test_session_resume_continues_exactly(tiny_model_dir, tmp_path, extra):
     s = session(tiny_model_dir, tmp_path, max_steps=4, **extra)
     s.step()
@@ -70,18 +78,24 @@ def test_train_after_session_resume_does_not_resume_again(tiny_model_dir, tmp_pa
     assert metrics_rows(tmp_path / "a" / "out") == metrics_rows(tmp_path / "b" / "out")
 
 
-@pytest.mark.parametrize("extra", [{}, {"sharding": "stage2"}, {"lora_rank": 4}], ids=["zero0", "zero2", "lora"])
+@pytest.mark.parametrize("extra", [{}, {"sharding": "stage2"}, {"lora_rank": 4}, PPO],
+                         ids=["zero0", "zero2", "lora", "ppo"])
 def test_ignore_save_lr_and_optim_saves_weights_only_and_resumes_them(tiny_model_dir, tmp_path, extra):
     s = session(tiny_model_dir, tmp_path, ignore_save_lr_and_optim=True, **extra)
     s.step()
     s.step()
     path = s.save()
     saved = trainable(s)
+    lr = s.state.policy.engine.get_lr()[0]
     s.close()
     files = [p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()]
     assert not (path / "actor_ds").exists()
     assert not [f for f in files if "optim" in f or f.endswith(".pt") and not f.startswith("rng_state")], files
     assert (path / "actor_adapter").is_dir() == ("lora_rank" in extra)
+    r = Session.resume(str(tmp_path / "out"))
+    assert r.state.policy.engine.get_lr()[0] == lr  # the LR schedule continues (only Adam's moments restart)
+    assert r.state.policy.engine.global_steps == 4
+    r.close()
     # learning_rate 0: a step must keep the loaded weights (ZeRO's fp32 master copy was refreshed from them).
     r = Session.resume(str(tmp_path / "out"), learning_rate=0.0)
     assert_bitwise_equal(saved, trainable(r))
@@ -153,3 +167,15 @@ def test_save_strategy_epoch_saves_when_the_prompts_start_a_new_epoch(tiny_model
     s = session(tiny_model_dir, tmp_path, max_steps=5, save_strategy="epoch")  # 16 prompts, 4 per step
     s.train()
     assert [p.name for p in complete_checkpoints(tmp_path / "out")] == ["checkpoint-4", "checkpoint-5"]
+
+
+def test_a_fresh_start_over_an_earlier_runs_checkpoints_needs_overwrite_output_dir(tiny_model_dir, tmp_path):
+    session(tiny_model_dir, tmp_path, max_steps=2).train()
+    again = session(tiny_model_dir, tmp_path, max_steps=1)
+    with pytest.raises(CheckpointError, match=r"checkpoint-2\).*--resume_from_checkpoint auto.*--overwrite_output_dir"):
+        again.train()
+    assert again.global_step == 0
+    over = session(tiny_model_dir, tmp_path, max_steps=1, overwrite_output_dir=True)
+    over.train()
+    assert [p.name for p in complete_checkpoints(tmp_path / "out")] == ["checkpoint-1"]
+    assert sorted(metrics_rows(tmp_path / "out")) == [1]

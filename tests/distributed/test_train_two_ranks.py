@@ -15,14 +15,16 @@ from safetensors.torch import load_file
 STEPS = 3
 
 
-def write_config(tmp_path, model, data, sharding) -> str:
+def write_config(tmp_path, model, data, sharding, algorithm) -> str:
+    # PPO: KL in the reward with an adaptive beta (which must stay the same on both ranks); GRPO: a KL loss.
+    kl = dict(kl_coeff=0.05, kl_ctrl_type="adaptive") if algorithm == "ppo" else dict(kl_loss_coeff=0.05)
     cfg = dict(
-        actor_model_name_or_path=model, train_datasets=data, rl_algorithm="grpo",
+        actor_model_name_or_path=model, train_datasets=data, rl_algorithm=algorithm,
         reward_functions=f"{HERE / 'dist_helpers.py'}:distinct_chars",
         global_batch_size=4, rollout_n=2, global_mini_batch_size=4, per_device_train_batch_size=2,
         max_dec_len=8, max_prompt_len=32, max_length=64, learning_rate=1e-3, lr_scheduler_type="constant",
-        kl_loss_coeff=0.05, max_steps=STEPS, save_steps=2, logging_steps=1, sharding=sharding, seed=3,
-        output_dir=str(tmp_path / "out"), logging_dir=str(tmp_path / "vdl"),
+        max_steps=STEPS, save_steps=2, logging_steps=1, sharding=sharding, seed=3,
+        output_dir=str(tmp_path / "out"), logging_dir=str(tmp_path / "vdl"), **kl,
     )
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps(cfg))
@@ -33,7 +35,7 @@ def launch(launcher: str, cfg: str, *script_args: str, log_dir=None) -> subproce
     cmd = [sys.executable, "-m", "ppokit.launch", "--launcher", launcher, "--nproc_per_node", "2"]
     cmd += ["--log_dir", str(log_dir)] if log_dir else []
     cmd += ["run_ppo.py", cfg, *script_args]
-    return subprocess.run(cmd, env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
 def rows(out_dir) -> list[dict]:
@@ -53,9 +55,11 @@ def check_rank0_only_output(log_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher, sharding", [("torchrun", "stage2"), ("deepspeed", "stage3")])
-def test_two_process_run_logs_once_and_resumes_exactly(launcher, sharding, tmp_path, tiny_model_dir, prompts_file):
-    cfg = write_config(tmp_path, tiny_model_dir, prompts_file, sharding)
+@pytest.mark.parametrize("launcher, sharding, algorithm", [
+    ("torchrun", "stage2", "grpo"), ("deepspeed", "stage3", "grpo"), ("torchrun", "stage3", "ppo")])
+def test_two_process_run_logs_once_and_resumes_exactly(launcher, sharding, algorithm, tmp_path, tiny_model_dir,
+                                                       prompts_file):
+    cfg = write_config(tmp_path, tiny_model_dir, prompts_file, sharding, algorithm)
     out = tmp_path / "out"
     done = launch(launcher, cfg, log_dir=tmp_path / "logs" if launcher == "torchrun" else None)
     assert done.returncode == 0, tail(done)
@@ -77,10 +81,14 @@ def test_two_process_run_logs_once_and_resumes_exactly(launcher, sharding, tmp_p
     assert "resumed from" in done.stderr and "checkpoint-2 at step 2" in done.stderr
     resumed = rows(again)
     assert [r["step"] for r in resumed] == list(range(1, STEPS + 1))
-    for key in ("reward/mean", "reward/std", "actor/kl", "actor/grad_norm", "response_length/mean"):
+    keys = ["reward/mean", "reward/std", "actor/kl", "actor/grad_norm", "response_length/mean"]
+    keys += ["kl/beta", "critic/value_loss"] if algorithm == "ppo" else []
+    for key in keys:
         assert resumed[-1][key] == full[-1][key], key
-    a, b = load_file(out / "model.safetensors"), load_file(again / "model.safetensors")
-    assert all(a[k].shape == b[k].shape and a[k].numel() > 0 for k in a)  # ZeRO-3: gathered, not partitions
-    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
-    print(f"{launcher} {sharding}: resumed run's final weights differ by {worst:.3g}")
-    assert worst == 0.0
+    models = ["model.safetensors"] + ([f"checkpoint-{STEPS}/critic/model.safetensors"] if algorithm == "ppo" else [])
+    for name in models:
+        a, b = load_file(out / name), load_file(again / name)
+        assert all(a[k].shape == b[k].shape and a[k].numel() > 0 for k in a)  # ZeRO-3: gathered, not partitions
+        worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+        print(f"{launcher} {sharding} {algorithm}: resumed run's {name} differs by {worst:.3g}")
+        assert worst == 0.0

@@ -29,30 +29,42 @@ def interleaved(batch, world: int, groups_per_mini: int):
     return batch.select(rows)
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, tiny_model_dir):
-    """(saved batch path, data path, 1-process parameters after the update, the batch's metrics)."""
-    tmp = tmp_path_factory.mktemp("reference")
+def snapshot(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def one_process_update(tmp, model_path, **overrides) -> dict:
+    """A 1-process rollout (saved for the ranks) and the update of its interleaved sequences."""
+    tmp.mkdir(parents=True, exist_ok=True)
     data = tmp / "train.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"say a {i}:"}) for i in range(16)) + "\n")
-    args = load_arguments(None, overrides=update_overrides(tiny_model_dir, str(data), str(tmp / "out")))
+    args = load_arguments(None, overrides=update_overrides(model_path, str(data), str(tmp / "out"), **overrides))
     session = Session(args, reward_functions=[distinct_chars])
     batch = session.rollout()
     session.score(batch)
     session.compute_advantages(batch)
-    assert batch.old_logprobs is not None and batch.ref_logprobs is not None  # 2 optimizer steps, KL loss
+    assert batch.old_logprobs is not None and batch.ref_logprobs is not None  # 2 optimizer steps, KL term
     torch.save(batch, tmp / "batch.pt")
     ordered = interleaved(batch, WORLD, groups_per_mini=session.plan.mini_batch_prompts // WORLD)
-    before = {k: v.detach().clone() for k, v in session.model.named_parameters()}
+    critic = session.state.critic
+    out = dict(batch=str(tmp / "batch.pt"), data=str(data), overrides=overrides, metrics=batch_metrics(batch),
+               before=snapshot(session.model), critic_before=snapshot(critic.model) if critic else None)
     session.update(ordered)
-    after = {k: v.detach().clone() for k, v in session.model.named_parameters()}
-    return tmp / "batch.pt", str(data), before, after, batch_metrics(batch)
+    out.update(after=snapshot(session.model), critic_after=snapshot(critic.model) if critic else None,
+               kl_beta=session.state.kl_ctl.value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_model_dir):
+    """GRPO with a KL loss: the 1-process update (see `one_process_update`)."""
+    return one_process_update(tmp_path_factory.mktemp("reference"), tiny_model_dir)
 
 
 def run_two_ranks(reference, tiny_model_dir, tmp_path, sharding, extra_step=False):
-    batch_path, data, *_ = reference
-    spec = dict(model=tiny_model_dir, data=data, batch=str(batch_path), out_dir=str(tmp_path), sharding=sharding,
-                extra_step=extra_step)
+    spec = dict(model=tiny_model_dir, data=reference["data"], batch=reference["batch"], out_dir=str(tmp_path),
+                sharding=sharding, extra_step=extra_step, overrides=reference["overrides"])
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = torchrun(HERE / "update_halves.py", str(tmp_path / "spec.json"), nproc=WORLD)
     assert done.returncode == 0, tail(done)
@@ -65,7 +77,7 @@ def max_diff(a: dict, b: dict) -> float:
 
 
 def check_same_update(reference, ranks, label):
-    _, _, before, after, full_metrics = reference
+    before, after, full_metrics = reference["before"], reference["after"], reference["metrics"]
     moved = max_diff(after, before)
     worst = max_diff(ranks[0]["params"], after)
     print(f"{label}: max |2-process - 1-process| = {worst:.3g} (the update itself moves weights by up to {moved:.3g})")
@@ -74,6 +86,7 @@ def check_same_update(reference, ranks, label):
     assert max_diff(ranks[1]["params"], ranks[0]["params"]) == 0.0  # both ranks hold the same weights
     for r in ranks:
         assert r["world"] == WORLD and r["rows"] == 8 and r["plan"]["prompts_per_rank"] == 2
+        assert r["reference_frozen"]  # inference mode, not trained, not partitioned
         assert max_diff(r["rollout_params"], r["params"]) == 0.0  # the rollout engine has the new weights
     # Gathered metrics: batch statistics over both ranks' sequences, identical on every rank.
     assert ranks[0]["metrics"] == ranks[1]["metrics"]
@@ -97,3 +110,19 @@ def test_zero3_two_ranks_update_equals_one_process_and_steps(reference, tiny_mod
     assert ranks[0]["step_metrics"] == ranks[1]["step_metrics"]
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in rows] == [1]
+
+
+@pytest.mark.slow
+def test_ppo_zero2_two_ranks_actor_and_critic_updates_equal_one_process(tiny_model_dir, tmp_path):
+    ppo = one_process_update(tmp_path / "one", tiny_model_dir, rl_algorithm="ppo", kl_loss_coeff=0.0, kl_coeff=0.05,
+                             kl_ctrl_type="adaptive", target_kl=0.001)
+    ranks = run_two_ranks(ppo, tiny_model_dir, tmp_path / "two", "stage2")
+    check_same_update(ppo, ranks, "PPO actor, ZeRO-2")
+    moved = max_diff(ppo["critic_after"], ppo["critic_before"])
+    worst = max_diff(ranks[0]["critic_params"], ppo["critic_after"])
+    print(f"PPO critic, ZeRO-2: max |2-process - 1-process| = {worst:.3g} (the update moves it by up to {moved:.3g})")
+    assert moved > 1e-2 and worst < 1e-5
+    assert max_diff(ranks[1]["critic_params"], ranks[0]["critic_params"]) == 0.0
+    # The adaptive KL controller moved beta by the whole batch's KL and size, identically on both ranks.
+    assert ppo["kl_beta"] != 0.05
+    assert ranks[0]["kl_beta"] == ranks[1]["kl_beta"] == pytest.approx(ppo["kl_beta"], rel=1e-9)

@@ -4,7 +4,7 @@ weights its rollout engine generates with.
 
     python -m torch.distributed.run --nproc_per_node 2 update_halves.py SPEC.json
 
-SPEC.json: {"model", "data", "batch", "out_dir", "sharding", "extra_step"}; writes out_dir/rank<r>.pt.
+SPEC.json: {"model", "data", "batch", "out_dir", "sharding", "extra_step", "overrides"}; writes out_dir/rank<r>.pt.
 """
 
 import dataclasses
@@ -42,11 +42,21 @@ def rollout_weights(session) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
+def reference_frozen(reference) -> bool:
+    """The reference runs in inference mode: eval, no trainable and no ZeRO-partitioned parameters."""
+    if reference is None:
+        return False
+    model = getattr(reference, "model", reference)
+    params = list(model.parameters())
+    return (not model.training and params and not any(p.requires_grad for p in params)
+            and not any(hasattr(p, "ds_id") for p in params))
+
+
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     out_dir = Path(spec["out_dir"])
     args = load_arguments(None, overrides=update_overrides(spec["model"], spec["data"], str(out_dir / "run"),
-                                                           sharding=spec["sharding"]))
+                                                           sharding=spec["sharding"], **spec.get("overrides", {})))
     session = Session(args, reward_functions=[distinct_chars])
     rank, world = session.state.dist.rank, session.state.dist.world_size
     full = torch.load(spec["batch"], weights_only=False)
@@ -57,7 +67,11 @@ def main(spec_path: str) -> None:
         "world": world, "rank": rank, "rows": len(half), "plan": dataclasses.asdict(session.plan),
         "params": parameters(session.model), "rollout_params": rollout_weights(session),
         "local_metrics": local, "metrics": gather_metrics(local, half),
+        "reference_frozen": reference_frozen(session.state.policy.reference),
+        "kl_beta": session.state.kl_ctl.value,
     }
+    if session.state.critic is not None:
+        result["critic_params"] = parameters(session.state.critic.model)
     if spec.get("extra_step"):
         result["step_metrics"] = session.step()  # rollout with the updated weights, score, update, log
     session.close()

@@ -1,0 +1,70 @@
+"""Look at a finished run the way a person does: `visualdl --logdir` and a (headless) browser.
+
+The API check needs only VisualDL; the screenshot needs Chromium (Debian: `apt-get install chromium`)
+and is skipped without it. The page is driven over the DevTools protocol: VisualDL shows only the
+first tag group open, so the test types `reward/mean` into the tag search, as a person would.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from browser_helpers import CHROMIUM, SEARCH_TAGS, chromium_page, visualdl, wait_for
+
+
+@pytest.fixture(scope="module")
+def board(tiny_run):
+    with visualdl(tiny_run.vdl) as url:
+        yield url
+
+
+def api(board: str, route: str, **params):
+    answer = httpx.get(f"{board}/app/api/{route}", params=params, timeout=30).json()
+    assert answer["status"] == 0, answer
+    return answer["data"]
+
+
+def test_visualdl_serves_the_reward_curve_eval_metrics_and_samples(board, tiny_run):
+    (run,) = api(board, "runs")
+    tags = api(board, "scalar/tags")["tags"][0]
+    assert {"reward/mean", "actor/kl", "response_length/mean", "eval/pass@2", "eval/accuracy"} <= set(tags)
+    points = api(board, "scalar/list", run=run, tag="reward/mean")  # [wall time ms, step, value]
+    logged = [json.loads(line) for line in (tiny_run.out / "metrics.jsonl").read_text().splitlines()]
+    expected = [(r["step"], r["reward/mean"]) for r in logged if "reward/mean" in r]
+    assert [(step, pytest.approx(value, abs=1e-6)) for _, step, value in points] == expected
+    assert api(board, "text/tags")["tags"][0] == ["samples"]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium to screenshot VisualDL with (apt-get install chromium)")
+def test_the_reward_curve_is_drawn_in_a_browser(board, tmp_path):
+    pytest.importorskip("websocket", reason="the DevTools protocol client (websocket-client) is not installed")
+    from PIL import Image
+
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    with chromium_page(profile) as page:
+        page.call("Page.navigate", url=f"{board}/app/scalar")
+        wait_for(lambda: page.js("document.querySelectorAll('canvas').length"), "VisualDL's first charts")
+
+        def search():
+            typed = page.js(SEARCH_TAGS % json.dumps("^reward/mean$"))
+            return typed and page.js("document.body.innerText.includes('Search Result')")
+
+        wait_for(search, "the tag search to show reward/mean", every=1.0)
+        box = wait_for(lambda: page.js(
+            "(() => { const c = document.querySelector('canvas'); if (!c) return null;"
+            " const r = c.getBoundingClientRect(); return r.width > 100 ? [r.x, r.y, r.width, r.height] : null })()"),
+            "the chart canvas")
+        charts = page.js("[...document.querySelectorAll('canvas')].length")
+        shot = page.screenshot(tmp_path / "visualdl.png")
+        print(f"screenshot: {shot}")
+    assert charts == 1  # only the searched tag is shown
+    image = Image.open(shot).convert("RGB")
+    assert image.width == 1400 and image.height > 600  # the viewport of a 1400x1000 window
+    assert len(set(image.getdata())) > 50  # a rendered page, not a blank or error screen
+    x, y, w, h = (round(v) for v in box)
+    chart = image.crop((x, y, x + w, y + h))
+    line = [p for p in chart.getdata() if p[2] > 150 and p[0] < 140 and p[1] < 140]  # the run's blue curve
+    assert len(line) > 100, "the reward/mean chart has no curve drawn in it"
