@@ -177,6 +177,14 @@ def table_widget(rows: list[dict], sort_by: str | None = "reward"):
     order.observe(redraw, names="value")
     box = w.VBox([w.HBox([sort, order]), table])
     box.rows, box.sort, box.order, box.table = rows, sort, order, table  # for code that inspects the view
+    widget_bundle = box._repr_mimebundle_
+
+    def bundle(**kwargs):
+        """The widget, plus the table as HTML for viewers that cannot run widgets (nbconvert, GitHub)."""
+        data = widget_bundle(**kwargs)
+        return {**data, "text/html": table.value} if data else data
+
+    box._repr_mimebundle_ = bundle
     return box
 
 

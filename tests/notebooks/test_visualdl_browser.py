@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import numpy as np
 import pytest
 from browser_helpers import CHROMIUM, SEARCH_TAGS, chromium_page, visualdl, wait_for
 
@@ -37,6 +38,13 @@ def test_visualdl_serves_the_reward_curve_eval_metrics_and_samples(board, tiny_r
     assert api(board, "text/tags")["tags"][0] == ["samples"]
 
 
+def curve_pixels(image, box) -> int:
+    """Pixels of the run's blue line inside the chart's box (axes and grid lines are grey)."""
+    x, y, w, h = (round(v) for v in box)
+    rgb = np.asarray(image.crop((x, y, x + w, y + h)), dtype=int)
+    return int(((rgb[..., 2] > 150) & (rgb[..., 0] < 140) & (rgb[..., 1] < 140)).sum())
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium to screenshot VisualDL with (apt-get install chromium)")
 def test_the_reward_curve_is_drawn_in_a_browser(board, tmp_path):
     pytest.importorskip("websocket", reason="the DevTools protocol client (websocket-client) is not installed")
@@ -44,6 +52,7 @@ def test_the_reward_curve_is_drawn_in_a_browser(board, tmp_path):
 
     profile = tmp_path / "profile"
     profile.mkdir()
+    shot = tmp_path / "visualdl.png"
     with chromium_page(profile) as page:
         page.call("Page.navigate", url=f"{board}/app/scalar")
         wait_for(lambda: page.js("document.querySelectorAll('canvas').length"), "VisualDL's first charts")
@@ -57,14 +66,11 @@ def test_the_reward_curve_is_drawn_in_a_browser(board, tmp_path):
             "(() => { const c = document.querySelector('canvas'); if (!c) return null;"
             " const r = c.getBoundingClientRect(); return r.width > 100 ? [r.x, r.y, r.width, r.height] : null })()"),
             "the chart canvas")
-        charts = page.js("[...document.querySelectorAll('canvas')].length")
-        shot = page.screenshot(tmp_path / "visualdl.png")
-        print(f"screenshot: {shot}")
+        charts = page.js("document.querySelectorAll('canvas').length")
+        # the chart fetches its points and animates them in: look until the line is there
+        wait_for(lambda: curve_pixels(Image.open(page.screenshot(shot)).convert("RGB"), box) > 100,
+                 "the reward/mean curve to be drawn", every=1.0)
     assert charts == 1  # only the searched tag is shown
     image = Image.open(shot).convert("RGB")
     assert image.width == 1400 and image.height > 600  # the viewport of a 1400x1000 window
-    assert len(set(image.getdata())) > 50  # a rendered page, not a blank or error screen
-    x, y, w, h = (round(v) for v in box)
-    chart = image.crop((x, y, x + w, y + h))
-    line = [p for p in chart.getdata() if p[2] > 150 and p[0] < 140 and p[1] < 140]  # the run's blue curve
-    assert len(line) > 100, "the reward/mean chart has no curve drawn in it"
+    assert len(image.getcolors(1 << 24)) > 50  # a rendered page, not a blank or error screen

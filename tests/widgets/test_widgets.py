@@ -104,6 +104,8 @@ def test_in_a_notebook_the_widget_resorts_when_the_controls_change(batch, monkey
     assert order_in(view.table.value, [LONG[:40], "&lt;b&gt;8", ">nine<", ">7<"])[0] == LONG[:40]
     view.order.value = "ascending"
     assert order_in(view.table.value, [LONG[:40], ">7<"]) == [">7<", LONG[:40]]
+    bundle = view._repr_mimebundle_()  # what the notebook stores: the widget and a static copy
+    assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["text/html"] == view.table.value
 
 
 def test_without_ipywidgets_the_notebook_gets_an_html_table(batch, monkeypatch):

@@ -1,0 +1,121 @@
+"""The notebooks run top to bottom (nbclient, a real Jupyter kernel) on a tiny model, and show what they say."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+KERNEL = "ppokit-tests"
+
+
+@pytest.fixture(scope="session")
+def kernel_path(tmp_path_factory) -> str:
+    """A kernel spec that runs this very interpreter (whatever specs the machine has installed)."""
+    root = tmp_path_factory.mktemp("jupyter")
+    spec = root / "kernels" / KERNEL
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": KERNEL, "language": "python"}))
+    return str(root)
+
+
+def execute(name: str, model: str | None, out: Path, kernel_path: str, monkeypatch):
+    """Run notebooks/<name> in a fresh kernel (cwd notebooks/); returns the executed notebook."""
+    monkeypatch.setenv("JUPYTER_PATH", kernel_path)
+    monkeypatch.setenv("PPOKIT_NOTEBOOK_OUTPUT", str(out))
+    if model:
+        monkeypatch.setenv("PPOKIT_NOTEBOOK_MODEL", model)
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=900, kernel_name=KERNEL, store_widget_state=True,
+                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client.execute()
+    return nb
+
+
+def output(nb, source_start: str) -> str:
+    """The printed text (and plain-text result) of the code cell whose source starts with `source_start`."""
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(source_start)]
+    parts = []
+    for o in cell.outputs:
+        if o.output_type == "stream" and o.name == "stdout":
+            parts.append(o.text)
+        elif o.output_type == "execute_result":
+            parts.append(o.data.get("text/plain", ""))
+    return "".join(parts)
+
+
+def widgets(nb) -> list[dict]:
+    """The saved state of every widget model the notebook displayed."""
+    store = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return [m["state"] for m in store.get("state", {}).values()]
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebooks_are_kept_without_outputs_and_say_what_they_show(path):
+    nb = nbformat.read(path, as_version=4)
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), f"clear the outputs of {path.name}"
+    assert "PPOKIT_NOTEBOOK_MODEL" in code[0].source  # the one variable tests swap the model with
+
+
+def test_grpo_step_by_step(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
+    nb = execute("01_grpo_step_by_step.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
+    assert "reward functions: ['rule']" in output(nb, "s = Session.from_json(")
+    rollout = output(nb, "def question(")
+    assert rollout.startswith("8 answers = 2 prompts x 4") and rollout.count("Q: What is") == 2
+    assert "reward tensor: (8,)" in output(nb, "rewards = s.score(batch)")
+    advantages = output(nb, "advantages = s.compute_advantages(batch)")
+    assert "advantage tensor: (8, 24)" in advantages and advantages.count("group ") == 8
+    stats = output(nb, "stats = s.update(batch)")
+    assert re.search(r"^actor/pg_loss\s+\S+", stats, re.M) and "actor/kl " in stats
+    hyper = output(nb, "try:\n    s.args.temperature = -1.0")
+    assert hyper.startswith("refused:") and "temperature 0.3: distinct answers per group" in hyper
+    assert "step 1: reward" in hyper
+    trained = output(nb, "history = s.train()").splitlines()
+    assert trained[0].split() == ["step", "reward", "KL", "length"] and [r.split()[0] for r in trained[1:]] == \
+        ["1", "2", "3"]
+    assert "3 rows in metrics.jsonl" in output(nb, "print(sorted(p.name for p in OUT.iterdir()))")
+    (show,) = [c for c in nb.cells if c.cell_type == "code" and c.source == "s.show(batch)"]
+    assert "<table" in show.outputs[0].data["text/html"]  # a static copy for viewers without widgets
+    states = widgets(nb)
+    tables = [w["value"] for w in states if w.get("_model_name") == "HTMLModel" and "<table" in w.get("value", "")]
+    assert tables and "reward/rule" in tables[0] and "advantage" in tables[0]  # s.show(batch)
+    labels = [w["value"] for w in states if w.get("_model_name") == "LabelModel"]
+    assert any(v.startswith("step 3/3 | reward") and v.endswith("(done)") for v in labels)  # the live view
+    bars = [w for w in states if w.get("_model_name") == "IntProgressModel" and w.get("description") == "train"]
+    assert bars and bars[0]["value"] == 3 and bars[0]["max"] == 3
+    charts = [w["value"] for w in states if w.get("_model_name") == "HTMLModel" and "<svg" in w.get("value", "")]
+    assert charts and charts[-1].count("<svg") == 3 and "actor/kl" in charts[-1]
+
+
+def test_reward_server(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
+    nb = execute("03_reward_server.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
+    assert output(nb, "TOKEN = secrets").startswith("reward server: http://127.0.0.1:")
+    assert "200 {'error_code': 0, 'error_msg': 'Success', 'score': [1.0, 0.0, 1.0]}" in output(nb, "AUTH =")
+    native = output(nb, "native = httpx.post").splitlines()
+    assert native[0].startswith("1.0 {'task': 'countdown'") and native[1].startswith("0.0 {'task': 'arithmetic'")
+    assert output(nb, "denied = ").startswith("401 missing or wrong bearer token")
+    assert "reward functions: ['reward_server']" in output(nb, "s = Session.from_json(")
+    trained = output(nb, "history = s.train()").splitlines()
+    assert [line.split(":")[0] for line in trained] == ["step 1", "step 2"]
+    served = re.search(r"requests (\d+), items scored (\d+), errors 1", output(nb, "stats = httpx.get"))
+    assert served and int(served.group(1)) >= 4 and int(served.group(2)) >= 3 + 2 + 2 * 8
+    assert output(nb, "server.should_exit = True").strip() == "server stopped: True"
+
+
+@pytest.mark.slow
+def test_grpo_step_by_step_with_the_bundled_model(tmp_path, kernel_path, monkeypatch):
+    monkeypatch.delenv("PPOKIT_NOTEBOOK_MODEL", raising=False)
+    nb = execute("01_grpo_step_by_step.ipynb", None, tmp_path / "out", kernel_path, monkeypatch)
+    assert "reward tensor: (8,)" in output(nb, "rewards = s.score(batch)")
+    assert "3 rows in metrics.jsonl" in output(nb, "print(sorted(p.name for p in OUT.iterdir()))")
