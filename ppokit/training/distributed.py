@@ -15,7 +15,10 @@ rank 0, the only one that logs, logs the whole step):
   ranks weighted by each rank's number of sequences: exact for per-sequence means, a close
   approximation for per-token means when ranks hold different numbers of tokens.
 
-With one process every function here returns its input unchanged.
+Also here: `over_ranks` (one metric over ranks, e.g. the KL that drives the adaptive controller),
+`all_ranks_min`, `collective_device` (where collective tensors live: the GPU under NCCL),
+`zero_options` (ZeRO stage and optimizer offload from PaddleNLP's keys) and `quiet_other_ranks`.
+With one process every collective here returns its input unchanged.
 """
 
 from __future__ import annotations
@@ -186,12 +189,3 @@ def all_ranks_min(value: int) -> int:
     t = torch.tensor([int(value)], dtype=torch.long, device=collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return int(t.item())
-
-
-def all_ranks_mean(value: float, weight: float = 1.0) -> float:
-    """The `weight`-weighted mean of `value` over ranks (a collective; `value` with one process)."""
-    if world_size() == 1:
-        return value
-    t = torch.tensor([float(value) * weight, float(weight)], dtype=torch.float64, device=collective_device())
-    dist.all_reduce(t)
-    return float(t[0] / t[1]) if float(t[1]) > 0 else float(value)
