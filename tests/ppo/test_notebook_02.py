@@ -22,6 +22,9 @@ def executed(tiny_model_dir):
 
     mp = pytest.MonkeyPatch()
     mp.setenv("PPOKIT_NOTEBOOK_MODEL", tiny_model_dir)  # the kernel inherits the environment
+    # An earlier in-process Session set the single-process group's variables; the kernel must pick its own.
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        mp.delenv(key, raising=False)
     try:
         nb = nbformat.read(NOTEBOOK, as_version=4)
         NotebookClient(nb, timeout=600, kernel_name="python3",
