@@ -68,5 +68,9 @@ def _single_process_env_defaults() -> None:
     env.setdefault("WORLD_SIZE", "1")
     env.setdefault("LOCAL_RANK", "0")
     env.setdefault("MASTER_ADDR", "127.0.0.1")
-    if "MASTER_PORT" not in env:
+    # A port ppokit picked in a parent process (e.g. a notebook kernel started from a session's process)
+    # is still held there: a child must pick its own.
+    inherited = env.get("MASTER_PORT") is not None and env.get("MASTER_PORT") == env.get("PPOKIT_SINGLE_PROCESS_PORT")
+    if "MASTER_PORT" not in env or inherited:
         env["MASTER_PORT"] = str(free_port())
+        env["PPOKIT_SINGLE_PROCESS_PORT"] = env["MASTER_PORT"]

@@ -71,7 +71,7 @@ def test_every_config_file_loads_and_fits(path):
 def test_default_cpu_grpo_config():
     args = load_arguments(ROOT / "config" / "grpo_argument.json")
     plan = batch_plan(args)
-    assert (plan.prompts_per_step, plan.sequences_per_step, plan.gradient_accumulation_steps) == (8, 64, 4)
+    assert (plan.prompts_per_step, plan.sequences_per_step, plan.gradient_accumulation_steps) == (4, 32, 2)
     assert args.kl_loss_coeff == 0.0 and not args.needs_reference
     assert "KL to the reference model is off (kl_loss_coeff=0): no reference model is needed." in args.notes
 

@@ -84,7 +84,9 @@ def test_grpo_step_by_step(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
     trained = output(nb, "history = s.train()").splitlines()
     assert trained[0].split() == ["step", "reward", "KL", "length"] and [r.split()[0] for r in trained[1:]] == \
         ["1", "2", "3"]
-    assert "3 rows in metrics.jsonl" in output(nb, "print(sorted(p.name for p in OUT.iterdir()))")
+    evaluated = output(nb, "s.args.eval_rollout_n = 4")
+    assert re.search(r"^eval/pass@4\s+\d\.\d{3}$", evaluated, re.M) and "eval/prompts     4.000" in evaluated
+    assert "metrics.jsonl: 3 step rows, 1 eval row" in output(nb, "import json")
     (show,) = [c for c in nb.cells if c.cell_type == "code" and c.source == "s.show(batch)"]
     assert "<table" in show.outputs[0].data["text/html"]  # a static copy for viewers without widgets
     states = widgets(nb)
@@ -118,4 +120,4 @@ def test_grpo_step_by_step_with_the_bundled_model(tmp_path, kernel_path, monkeyp
     monkeypatch.delenv("PPOKIT_NOTEBOOK_MODEL", raising=False)
     nb = execute("01_grpo_step_by_step.ipynb", None, tmp_path / "out", kernel_path, monkeypatch)
     assert "reward tensor: (8,)" in output(nb, "rewards = s.score(batch)")
-    assert "3 rows in metrics.jsonl" in output(nb, "print(sorted(p.name for p in OUT.iterdir()))")
+    assert "metrics.jsonl: 3 step rows, 1 eval row" in output(nb, "import json")
