@@ -62,9 +62,8 @@ def policy_forward(model, batch: RolloutBatch, chunk_size: int, entropy: str, co
 
 
 @torch.no_grad()
-def batched_logprobs(model, batch: RolloutBatch, micro_batch_size: int, chunk_size: int, compute_dtype, device,
-                     temperature: float = 1.0):
-    """(B, R) log-probs of the responses under `model`, computed in micro-batches without grad."""
+def per_micro_batch(model, batch: RolloutBatch, micro_batch_size: int, forward) -> torch.Tensor:
+    """(B, R) token values `forward(part)` computed in eval mode, micro-batch by micro-batch, without grad."""
     was_training = model.training
     model.eval()
     out = torch.zeros_like(batch.response_mask)
@@ -72,28 +71,24 @@ def batched_logprobs(model, batch: RolloutBatch, micro_batch_size: int, chunk_si
         for start in range(0, len(batch), micro_batch_size):
             idx = list(range(start, min(start + micro_batch_size, len(batch))))
             part = batch.select(idx).trimmed()
-            logp, _ = policy_forward(model, part, chunk_size, "none", compute_dtype, device, temperature)
-            out[start : start + len(idx), : logp.shape[1]] = logp.float() * part.response_mask
+            values = forward(part)
+            out[start : start + len(idx), : values.shape[1]] = values.float() * part.response_mask
     finally:
         model.train(was_training)
     return out
 
 
-@torch.no_grad()
+def batched_logprobs(model, batch: RolloutBatch, micro_batch_size: int, chunk_size: int, compute_dtype, device,
+                     temperature: float = 1.0):
+    """(B, R) log-probs of the responses under `model`, computed in micro-batches without grad."""
+    return per_micro_batch(model, batch, micro_batch_size, lambda part: policy_forward(
+        model, part, chunk_size, "none", compute_dtype, device, temperature)[0])
+
+
 def batched_values(value_model, batch: RolloutBatch, micro_batch_size: int, compute_dtype, device):
     """(B, R) critic values at the positions that predict each response token, without grad."""
-    was_training = value_model.training
-    value_model.eval()
-    out = torch.zeros_like(batch.response_mask)
-    try:
-        for start in range(0, len(batch), micro_batch_size):
-            idx = list(range(start, min(start + micro_batch_size, len(batch))))
-            part = batch.select(idx).trimmed()
-            values = value_forward(value_model, part, compute_dtype, device)
-            out[start : start + len(idx), : values.shape[1]] = values.float() * part.response_mask
-    finally:
-        value_model.train(was_training)
-    return out
+    return per_micro_batch(value_model, batch, micro_batch_size,
+                           lambda part: value_forward(value_model, part, compute_dtype, device))
 
 
 def value_forward(value_model, batch: RolloutBatch, compute_dtype, device) -> torch.Tensor:
