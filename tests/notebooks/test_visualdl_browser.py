@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from browser_helpers import CHROMIUM, SEARCH_TAGS, chromium_page, visualdl, wait_for
 
+pytest.importorskip("visualdl", reason="VisualDL is not installed (pip install visualdl)")
+
 
 @pytest.fixture(scope="module")
 def board(tiny_run):
@@ -48,7 +50,7 @@ def curve_pixels(image, box) -> int:
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium to screenshot VisualDL with (apt-get install chromium)")
 def test_the_reward_curve_is_drawn_in_a_browser(board, tmp_path):
     pytest.importorskip("websocket", reason="the DevTools protocol client (websocket-client) is not installed")
-    from PIL import Image
+    Image = pytest.importorskip("PIL.Image", reason="Pillow is not installed")
 
     profile = tmp_path / "profile"
     profile.mkdir()
