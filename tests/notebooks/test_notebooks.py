@@ -31,6 +31,9 @@ def kernel_path(tmp_path_factory) -> str:
 def execute(name: str, model: str | None, out: Path, kernel_path: str, monkeypatch):
     """Run notebooks/<name> in a fresh kernel (cwd notebooks/); returns the executed notebook."""
     monkeypatch.setenv("JUPYTER_PATH", kernel_path)
+    # An in-process Session earlier in this pytest run holds its process-group port; the kernel picks its own.
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("PPOKIT_NOTEBOOK_OUTPUT", str(out))
     if model:
         monkeypatch.setenv("PPOKIT_NOTEBOOK_MODEL", model)
