@@ -87,3 +87,13 @@ def save_tiny_model(path: str | os.PathLike, arch: str = "llama", seed: int = 0,
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+def letter_a(prompts, responses, **fields):
+    """Reward: fraction of 'a' characters in the response — a task a tiny random model learns in a few dozen steps."""
+    return [r.count("a") / max(len(r), 1) for r in responses]
+
+
+def distinct_chars(prompts, responses, **fields):
+    """Reward: number of distinct characters — varies between samples, so advantages are never all zero."""
+    return [float(len(set(r))) for r in responses]

@@ -1,9 +1,6 @@
 """Helpers shared by the session tests."""
 
-
-def letter_a(prompts, responses, **fields):
-    """Fraction of 'a' characters in the response: a task a tiny random model learns in a few dozen steps."""
-    return [r.count("a") / max(len(r), 1) for r in responses]
+from ppokit.testing import distinct_chars, letter_a  # noqa: F401  (re-exported for the tests)
 
 
 def tiny_overrides(model_path, data_path, tmp_path, **extra):
@@ -31,7 +28,3 @@ def tiny_overrides(model_path, data_path, tmp_path, **extra):
     base.update(extra)
     return base
 
-
-def distinct_chars(prompts, responses, **fields):
-    """Number of distinct characters: varies between samples, so advantages are never all zero."""
-    return [float(len(set(r))) for r in responses]
