@@ -195,16 +195,36 @@ def load_tokenizer_for(folder: Path):
 # ------------------------------------------------------------------ export
 
 
+EXPORT_MARKER = ".ppokit-export"
+
+
+def check_destination(source: Path, out: Path, overwrite: bool) -> None:
+    """Refuse an --out that would lose data; `--overwrite` replaces only an earlier export (it has EXPORT_MARKER)."""
+    src, dst = source.resolve(), out.resolve()
+    if dst == src or dst in src.parents:
+        raise ExportError(f"--out {out} is the source {source} or a folder above it; exporting there would delete the run")
+    if src in dst.parents:
+        raise ExportError(f"--out {out} is inside the source {source}; choose a folder outside it")
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if not overwrite:
+        raise ExportError(f"{out} already exists and is not empty; choose another --out or pass --overwrite")
+    if not out.is_dir() or not (out / EXPORT_MARKER).is_file():
+        raise ExportError(
+            f"--overwrite replaces only an earlier ppokit export (a folder with {EXPORT_MARKER}); "
+            f"{out} is not one, so it is left as it is: choose another --out or remove it yourself"
+        )
+    if any(out.rglob("checkpoint-*")) or any(out.rglob("trainer_state.json")):
+        raise ExportError(f"--overwrite refused: {out} holds checkpoints of a run; choose another --out")
+
+
 def export(src: str | os.PathLike, out: str | os.PathLike, dtype: str | None = None, overwrite: bool = False) -> Path:
     """Write a plain HF model folder at `out` from `src` (see the module docstring); returns `out`."""
     if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     folder = resolve_source(src)
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise ExportError(f"{out} already exists and is not empty; choose another --out or pass --overwrite")
-    if out.resolve() == folder.resolve() or folder.resolve() in out.resolve().parents:
-        raise ExportError(f"--out {out} is inside the source {folder}; choose a folder outside it")
+    check_destination(folder, out, overwrite)
     model = load_for_export(folder, DTYPES.get(dtype) if dtype else None)
     tokenizer = load_tokenizer_for(folder)
     tmp = out.parent / f".tmp-export-{out.name}"
@@ -215,8 +235,9 @@ def export(src: str | os.PathLike, out: str | os.PathLike, dtype: str | None = N
         tokenizer.save_pretrained(tmp)
     else:
         logger.warning("%s has no tokenizer; the exported folder holds only the model", folder)
+    (tmp / EXPORT_MARKER).write_text(f"exported by ppokit from {folder.resolve()}\n")
     if out.exists():
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
+        shutil.rmtree(out)
     os.replace(tmp, out)
     logger.info("exported %s to %s", folder, out)
     return out
@@ -230,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("source", help="a checkpoint-<step> folder, an output_dir (newest checkpoint) or a model folder")
     parser.add_argument("--out", required=True, help="the folder to write (must be new or empty)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="cast the weights (default: as saved)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out when it is not empty")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out when it holds an earlier export (never a run or a checkpoint)")
     ns = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="ppokit: %(message)s")
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ from checkpoint_helpers import REPO, assert_bitwise_equal, child_env, tail, tiny
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ppokit.args import load_arguments
-from ppokit.export import ExportError, export
+from ppokit.export import EXPORT_MARKER, ExportError, export
 from ppokit.session import Session
 
 INPUT = torch.tensor([[5, 40, 41, 42, 43, 7]])
@@ -91,3 +92,26 @@ def test_export_explains_what_is_missing(tmp_path):
     (tmp_path / "run" / "checkpoint-8").mkdir(parents=True)  # an interrupted save: no trainer_state.json
     with pytest.raises(ExportError, match=r"only incomplete ones: checkpoint-8"):
         export(tmp_path / "run", tmp_path / "x")
+
+
+def test_overwrite_never_deletes_a_run_its_parents_or_a_folder_that_is_not_an_export(tiny_model_dir, tmp_path):
+    runs = tmp_path / "runs"
+    run = runs / "a"
+    shutil.copytree(tiny_model_dir, run / "final")
+    (run / "checkpoint-2").mkdir()
+    (run / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    (runs / "b").mkdir()
+    (runs / "b" / "metrics.jsonl").write_text("{}\n")
+    source = run / "final"
+    for out, reason in [(run, "folder above it"), (runs, "folder above it"), (tmp_path, "folder above it"),
+                        (runs / "b", "not one")]:
+        with pytest.raises(ExportError, match=reason):
+            export(source, out, overwrite=True)
+    assert (run / "checkpoint-2" / "trainer_state.json").is_file() and (runs / "b" / "metrics.jsonl").is_file()
+    first = export(source, tmp_path / "exported")
+    assert (first / EXPORT_MARKER).is_file()
+    again = export(source, tmp_path / "exported", overwrite=True)  # an earlier export may be replaced
+    assert (again / "config.json").is_file()
+    (again / "checkpoint-9").mkdir()  # ...unless something put a checkpoint into it since
+    with pytest.raises(ExportError, match="holds checkpoints"):
+        export(source, again, overwrite=True)
