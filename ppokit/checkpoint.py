@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from ppokit.export import ExportError, load_weights, save_adapter, save_hf
+from ppokit.engine import barrier, rank, world_size
+from ppokit.models.folders import WeightsError, load_weights, save_adapter, save_hf
 
 logger = logging.getLogger("ppokit")
 
@@ -59,17 +59,8 @@ class CheckpointError(Exception):
 # ------------------------------------------------------------------ processes and files
 
 
-def rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
 def is_rank0() -> bool:
     return rank() == 0
-
-
-def barrier() -> None:
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 def fsync_dir(path: Path) -> None:
@@ -315,7 +306,7 @@ def load_actor(session, path: Path, saved: dict) -> None:
         adapter = path / "actor_adapter"
         try:
             load_weights(engine.module, adapter if hasattr(engine.module, "peft_config") else path / "actor")
-        except ExportError as exc:
+        except WeightsError as exc:
             raise CheckpointError(str(exc)) from exc
         refresh_master_weights(engine)
         fast_forward_schedule(engine, schedules.get("actor"))
@@ -353,7 +344,7 @@ def resume_into(session, spec) -> Path:
         raise CheckpointError(f"{path} was written by a newer ppokit (checkpoint format {saved['format']}); "
                               "upgrade ppokit to resume it")
     check_arguments(path, saved["args"], session.args)
-    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    world = world_size()
     if saved.get("world_size", world) != world:
         raise CheckpointError(f"{path} was saved by {saved['world_size']} processes but this run has {world}; "
                               "resume with the same number of processes")

@@ -108,7 +108,7 @@ def build_eval_state(args, records: list[dict]) -> SimpleNamespace:
     from ppokit.rewards import build_reward_functions
     from ppokit.rollout import make_rollout_engine
     from ppokit.training.build import encode, normalize_reward_fn
-    from ppokit.training.setup import choose_device, seed_everything
+    from ppokit.training.engine_setup import choose_device, seed_everything
 
     seed_everything(args.seed)
     device = choose_device(args, SimpleNamespace(local_rank=0))

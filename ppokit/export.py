@@ -8,13 +8,12 @@ tokenizer. The source may be
   - any HF model folder, or a peft adapter folder (merged into the base model its config names).
 Writing goes into a temporary folder renamed at the end, so `--out` is never left half written.
 
-The checkpoints use the same helpers: `save_hf` (the merged HF copy), `save_adapter` / `load_weights`.
+The checkpoints use the same weight helpers (`ppokit.models.folders`: `save_hf`, `save_adapter`, `load_weights`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import shutil
@@ -31,103 +30,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 class ExportError(Exception):
     """The source cannot be exported (nothing to export, or the destination is in the way)."""
-
-
-# ------------------------------------------------------------------ a trained module's weights in HF / peft folders
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def hf_state_dict(module) -> dict[str, torch.Tensor] | None:
-    """`module`'s weights under plain HF names (LoRA merged) on the CPU, on rank 0; None elsewhere.
-
-    Collective under ZeRO-3 (every rank must call it: the weights are gathered).
-    """
-    from ppokit.models.weights import gathered, hf_state
-
-    with gathered(module):
-        if _rank() != 0:
-            return None
-        state: dict[str, torch.Tensor] = {}
-        # Tied weights (embeddings / LM head) stay one tensor. The sources are kept alive while copying, so
-        # a temporary (a LoRA-merged weight) cannot free its memory for the next one to reuse its address.
-        copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-        for name, tensor in hf_state(module):
-            key = (tensor.data_ptr(), tensor.shape, tensor.dtype)
-            if key not in copies or tensor.numel() == 0:
-                copies[key] = (tensor, tensor.detach().to("cpu", copy=True).contiguous())
-            state[name] = copies[key][1]
-        return state
-
-
-def save_hf(module, tokenizer, out: str | os.PathLike) -> None:
-    """Write `module` (plain, peft LoRA or ZeRO-3 partitioned) as a plain HF folder at `out`.
-
-    Call it on every rank; rank 0 writes. LoRA adapters are merged into the saved weights; the
-    module itself is left unchanged.
-    """
-    from ppokit.models.weights import plain_model
-
-    state = hf_state_dict(module)
-    if state is None:
-        return
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    plain_model(module).save_pretrained(out, state_dict=state, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out)
-
-
-def partitioned(module) -> bool:
-    return any(hasattr(p, "ds_id") for p in module.parameters())
-
-
-def writable(module):
-    """A context in which `module`'s (possibly ZeRO-3 partitioned) weights can be overwritten (rank 0's win)."""
-    if not partitioned(module):
-        return contextlib.nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0)
-
-
-def save_adapter(module, out: Path) -> None:
-    """The LoRA adapters (peft layout); collective under ZeRO-3, rank 0 writes."""
-    from ppokit.models.weights import gathered
-
-    with gathered(module):
-        if _rank() == 0:
-            module.save_pretrained(str(out), safe_serialization=True)
-
-
-def load_weights(module, folder: Path) -> None:
-    """Load weights saved by `save_hf` (plain model) or `save_adapter` (LoRA) from `folder` into `module`."""
-    from safetensors.torch import load_file
-
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise ExportError(f"{folder} holds no *.safetensors weights; the checkpoint is damaged")
-    state = {}
-    for f in files:
-        state.update(load_file(f))
-    with writable(module):
-        if hasattr(module, "peft_config"):
-            from peft import set_peft_model_state_dict
-
-            result = set_peft_model_state_dict(module, state)
-            if result.unexpected_keys:
-                raise ExportError(f"{folder}: adapter weights {result.unexpected_keys[:5]} do not fit this model")
-            return
-        missing, unexpected = module.load_state_dict(state, strict=False)
-    tied = set(getattr(module, "_tied_weights_keys", None) or ()) | {"lm_head.weight"}
-    real_missing = [k for k in missing if k not in tied]
-    if real_missing or unexpected:
-        raise ExportError(f"{folder}: weights do not fit this model (missing {real_missing[:5]}, "
-                          f"unexpected {unexpected[:5]}); resume with the same actor_model_name_or_path")
 
 
 # ------------------------------------------------------------------ finding what to export

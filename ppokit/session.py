@@ -17,8 +17,8 @@ import torch
 
 from ppokit.args import Arguments, load_arguments
 from ppokit.training import phases
-from ppokit.training.batch import RolloutBatch
-from ppokit.training.distributed import gather_metrics
+from ppokit.training.batch import RolloutBatch, fill_in
+from ppokit.training.metrics import batch_metrics, gather_metrics, sample_rows
 
 logger = logging.getLogger("ppokit")
 
@@ -55,30 +55,36 @@ class Session:
 
     def score(self, batch: RolloutBatch) -> torch.Tensor:
         """Rewards for every response (rule functions, reward model or reward server); returns (B,)."""
-        phases.score(self.state, self.args, batch)
+        fill_in(batch, phases.score(self.state, self.args, batch))
         return batch.scores
 
     def compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        """Advantages per `rl_algorithm`; returns (B, R)."""
-        phases.advantages(self.state, self.args, batch)
+        """Advantages per `rl_algorithm` (scoring the batch first if needed); returns (B, R)."""
+        if batch.scores is None:
+            self.score(batch)
+        fill_in(batch, phases.advantages(self.state, self.args, batch))
         return batch.advantages
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
-        """`update_iters` passes of actor (and critic) optimizer steps on the batch; returns the stats."""
+        """`update_iters` passes of actor (and critic) optimizer steps on the batch (its advantages computed
+        first if needed); returns the stats."""
+        if batch.advantages is None:
+            self.compute_advantages(batch)
         return phases.update(self.state, self.args, batch)
 
     # ------------------------------------------------------------------ loops
 
     def step(self) -> dict[str, float]:
-        """rollout → score → advantages → update → log; returns the step's metrics."""
+        """rollout → score → advantages → update → log; returns the step's metrics. The one place the
+        phases' order is decided; each phase returns a new batch."""
         started = time.perf_counter()
-        batch = self.rollout()
-        if batch.scores is None:
-            self.score(batch)
-        self.compute_advantages(batch)
-        metrics = self.update(batch)
+        batch = phases.rollout(self.state, self.args)
+        if batch.scores is None:  # dynamic sampling scores while it draws
+            batch = phases.score(self.state, self.args, batch)
+        batch = phases.advantages(self.state, self.args, batch)
+        metrics = phases.update(self.state, self.args, batch)
         self.global_step += 1
-        metrics.update(phases.batch_metrics(batch))
+        metrics.update(batch_metrics(batch))
         metrics["timing/step_s"] = time.perf_counter() - started
         tokens = float(batch.response_mask.sum() + batch.attention_mask[:, : batch.prompt_len].sum())
         metrics["throughput/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
@@ -87,13 +93,15 @@ class Session:
         self.last_batch = batch
         self.tracker.log(self.global_step, metrics)
         if self.args.logging_steps and self.global_step % self.args.logging_steps == 0:
-            self.tracker.log_samples(self.global_step, phases.sample_rows(batch, limit=4))
+            self.tracker.log_samples(self.global_step, sample_rows(batch, limit=4))
         return metrics
 
     def train(self) -> list[dict]:
         """Step until `max_steps`, with evaluation, checkpoints and progress; returns the metric history."""
+        from ppokit.checkpoint import prepare_run
         from ppokit.training.loop import train_loop
 
+        prepare_run(self)  # output_dir writable with room for a checkpoint; resume_from_checkpoint
         return train_loop(self)
 
     def evaluate(self) -> dict[str, float]:

@@ -226,8 +226,8 @@ def live_plot_svg(history: list[tuple[int, dict]]) -> str:
     return "<div style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(charts) + "</div>"
 
 
-class _LiveBase:
-    """Shared state of the live views: (step, metrics) history, status line, timing."""
+class LiveState:
+    """What both live views show: the (step, metrics) history, the status line, the ETA."""
 
     def __init__(self, total: int, history: list[dict] | None = None):
         self.total = int(total)
@@ -252,54 +252,55 @@ class _LiveBase:
         self.status += "  (done)"
 
 
-class LiveView(_LiveBase):
+class LiveView:
     """ipywidgets: a progress bar, the status line (current reward, KL, length) and the charts."""
 
     def __init__(self, total: int, history: list[dict] | None = None):
         import ipywidgets as w
         from IPython.display import display
 
-        super().__init__(total, history)
-        self.bar = w.IntProgress(value=self.step, min=0, max=max(self.total, 1), description="train")
-        self.label = w.Label(self.status)
-        self.plot = w.HTML(live_plot_svg(self.history) if self.history else "")
+        self.state = LiveState(total, history)
+        self.bar = w.IntProgress(value=self.state.step, min=0, max=max(self.state.total, 1), description="train")
+        self.label = w.Label(self.state.status)
+        self.plot = w.HTML(live_plot_svg(self.state.history) if self.state.history else "")
         self.widget = w.VBox([w.HBox([self.bar, self.label]), self.plot])
         display(self.widget)
 
     def update(self, step: int, metrics: dict) -> None:
-        self.record(step, metrics)
-        self.bar.value = min(self.step, self.bar.max)
-        self.label.value = self.status
-        self.plot.value = live_plot_svg(self.history)
+        self.state.record(step, metrics)
+        self.bar.value = min(self.state.step, self.bar.max)
+        self.label.value = self.state.status
+        self.plot.value = live_plot_svg(self.state.history)
 
     def close(self) -> None:
-        super().close()
-        self.label.value = self.status
-        self.bar.bar_style = "success" if self.step >= self.total else "warning"
+        self.state.close()
+        self.label.value = self.state.status
+        self.bar.bar_style = "success" if self.state.step >= self.state.total else "warning"
 
 
-class HtmlLiveView(_LiveBase):
+class HtmlLiveView:
     """Without ipywidgets: one HTML output (progress element, status, charts) redrawn in place."""
 
     def __init__(self, total: int, history: list[dict] | None = None):
         from IPython.display import HTML, display
 
-        super().__init__(total, history)
+        self.state = LiveState(total, history)
         self._html = HTML
         self.handle = display(HTML(self.render()), display_id=True)
 
     def render(self) -> str:
-        bar = f"<progress value='{self.step}' max='{max(self.total, 1)}' style='width:240px'></progress>"
-        status = f"<code>{html.escape(self.status)}</code>"
-        plot = live_plot_svg(self.history) if self.history else ""
+        st = self.state
+        bar = f"<progress value='{st.step}' max='{max(st.total, 1)}' style='width:240px'></progress>"
+        status = f"<code>{html.escape(st.status)}</code>"
+        plot = live_plot_svg(st.history) if st.history else ""
         return f"<div>{bar} {status}</div>{plot}"
 
     def update(self, step: int, metrics: dict) -> None:
-        self.record(step, metrics)
+        self.state.record(step, metrics)
         self._redraw()
 
     def close(self) -> None:
-        super().close()
+        self.state.close()
         self._redraw()
 
     def _redraw(self) -> None:

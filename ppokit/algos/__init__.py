@@ -1,12 +1,15 @@
 """Pure tensor math of PPO/GRPO: advantages, policy and value losses, KL, loss reduction, log-probs.
 
-Only torch is imported here: no config objects, no model, no I/O. Shapes: B sequences, T
+Only torch (and the algorithm table, `ppokit.algorithms`, plain data) is imported here: no config
+objects, no model, no I/O. Shapes: B sequences, T
 response positions, V vocabulary; ``mask`` (B, T) marks valid response tokens. The registries
 map config names to functions so the trainer selects them by name.
 """
 
+from ppokit.algorithms import ALGORITHMS, Algorithm, algorithm
+
 from . import advantages, kl, logprobs, masked, policy_loss, reduce, value_loss
-from .advantages import ADVANTAGE_ESTIMATORS, NEEDS_GROUPS, NEEDS_VALUES, compute_advantages
+from .advantages import ADVANTAGE_ESTIMATORS, compute_advantages
 from .kl import (
     KL_ALIASES,
     KL_CONTROLLERS,
@@ -33,8 +36,9 @@ __all__ = [
     "reduce",
     "value_loss",
     "ADVANTAGE_ESTIMATORS",
-    "NEEDS_GROUPS",
-    "NEEDS_VALUES",
+    "ALGORITHMS",
+    "Algorithm",
+    "algorithm",
     "POLICY_LOSSES",
     "VALUE_LOSSES",
     "KL_ESTIMATORS",

@@ -9,10 +9,12 @@ form a group. Groups may appear in any order and need not be contiguous.
 All estimators return ``(advantages, returns)``, both (B, T), exactly 0 on masked tokens, and
 carry no gradient (they run under ``torch.no_grad``).
 
-``ADVANTAGE_ESTIMATORS`` maps the config name to a uniform entry point
-``fn(token_rewards, mask, *, group_ids=None, values=None, gamma=1.0, lam=1.0, norm_by_std=True,
-eps=1e-6)``; outcome estimators (grpo, drgrpo, rloo) take the score of sequence i as
-sum_t token_rewards[i, t] m[i, t]. ``compute_advantages(name, ...)`` calls it by name.
+``ADVANTAGE_ESTIMATORS`` maps the estimator name (``ppokit.algorithms.ALGORITHMS[name].estimator``)
+to a uniform entry point ``fn(token_rewards, mask, *, scores=None, group_ids=None, values=None,
+gamma=1.0, lam=1.0, norm_by_std=True, eps=1e-6, whiten=True, group=None)``; outcome estimators
+(grpo, drgrpo, rloo) use ``scores`` (B,) when given, else the score of sequence i as
+sum_t token_rewards[i, t] m[i, t]. ``whiten`` / ``group`` are GAE's (whiten over the valid tokens
+of every rank of the process group). ``compute_advantages(name, ...)`` calls it by name.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ __all__ = [
     "gae",
     "compute_advantages",
     "ADVANTAGE_ESTIMATORS",
-    "NEEDS_GROUPS",
-    "NEEDS_VALUES",
+    "overlong_penalty",
+    "score_to_token_rewards",
+    "zero_std_groups",
     "masked_mean",
     "masked_sum",
     "masked_var",
@@ -200,10 +203,14 @@ def gae(
     mask: torch.Tensor,
     gamma: float,
     lam: float,
+    whiten: bool = True,
+    group=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over valid tokens only.
 
     token_rewards: (B, T), values: (B, T), mask: (B, T) -> (advantages, returns), both (B, T).
+    whiten: False returns the raw A; group: a torch.distributed process group whose ranks'
+    valid tokens give the whitening statistics (see ``masked_whiten``).
     Walking back over valid tokens (masked tokens are skipped: V_next and A_next carry over
     them, and their rewards/values are ignored; after the last valid token V_next = A_next = 0):
       delta_t = r_t + gamma V_next - V_t;  A_t = delta_t + gamma lam A_next.
@@ -225,7 +232,7 @@ def gae(
         next_v = torch.where(ok, v[:, t], next_v)
         next_a = torch.where(ok, a, next_a)
     returns = (adv + v) * m
-    return masked_whiten(adv, m), returns
+    return (masked_whiten(adv, m, group=group) if whiten else adv * m), returns
 
 
 def _need(name: str, what: str, value):
@@ -238,11 +245,13 @@ def _need(name: str, what: str, value):
 def _entry(name: str):
     """Build the uniform registry entry for estimator ``name`` (see module docstring)."""
 
-    def run(token_rewards, mask, *, group_ids=None, values=None, gamma=1.0, lam=1.0, norm_by_std=True, eps=1e-6):
-        """token_rewards: (B, T), mask: (B, T) [, group_ids (B,), values (B, T)] -> (adv, ret) (B, T)."""
+    def run(token_rewards, mask, *, scores=None, group_ids=None, values=None, gamma=1.0, lam=1.0, norm_by_std=True,
+            eps=1e-6, whiten=True, group=None):
+        """token_rewards: (B, T), mask: (B, T) [, scores (B,), group_ids (B,), values (B, T)] -> (adv, ret) (B, T)."""
         if name in ("grpo", "drgrpo", "rloo"):
             ids = _need(name, "group_ids", group_ids)
-            scores = masked_sum(token_rewards, mask, dim=-1)
+            if scores is None:
+                scores = masked_sum(token_rewards, mask, dim=-1)
             if name == "rloo":
                 return rloo(scores, ids, mask)
             return grpo(scores, ids, mask, norm_by_std=norm_by_std and name == "grpo", eps=eps)
@@ -250,7 +259,7 @@ def _entry(name: str):
             return reinforce_pp(token_rewards, mask, gamma)
         if name == "reinforce_plus_plus_baseline":
             return reinforce_pp_baseline(token_rewards, _need(name, "group_ids", group_ids), mask, gamma)
-        return gae(token_rewards, _need(name, "values (a critic)", values), mask, gamma, lam)
+        return gae(token_rewards, _need(name, "values (a critic)", values), mask, gamma, lam, whiten=whiten, group=group)
 
     run.__name__ = f"advantages_{name}"
     return run
@@ -260,8 +269,6 @@ ADVANTAGE_ESTIMATORS = {
     name: _entry(name)
     for name in ("grpo", "drgrpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae")
 }
-NEEDS_GROUPS = frozenset({"grpo", "drgrpo", "rloo", "reinforce_plus_plus_baseline"})
-NEEDS_VALUES = frozenset({"gae"})
 
 
 def compute_advantages(estimator: str, token_rewards: torch.Tensor, mask: torch.Tensor, **kwargs):
@@ -273,3 +280,28 @@ def compute_advantages(estimator: str, token_rewards: torch.Tensor, mask: torch.
     if estimator not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {estimator!r}; choose from {sorted(ADVANTAGE_ESTIMATORS)}")
     return ADVANTAGE_ESTIMATORS[estimator](token_rewards, mask, **kwargs)
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float) -> torch.Tensor:
+    """DAPO's soft overlong punishment (B,): 0 up to max_len - buffer, then linearly down to -factor.
+
+    lengths: (B,) response lengths in tokens.
+    """
+    start = max_len - buffer
+    over = (lengths.float() - start).clamp_min(0.0)
+    return -factor * (over / max(buffer, 1)).clamp_max(1.0)
+
+
+def score_to_token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, R) token rewards with each sequence's score on its last valid response token."""
+    token_rewards = torch.zeros_like(mask)
+    last = (mask.sum(-1).long() - 1).clamp_min(0)
+    token_rewards[torch.arange(len(scores)), last] = scores.to(mask.dtype)
+    return token_rewards * mask
+
+
+def zero_std_groups(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """(G,) group ids whose scores are all equal (no learning signal for group-relative methods)."""
+    ids = torch.unique(group_ids)
+    flat = [g for g in ids.tolist() if float(scores[group_ids == g].std(unbiased=False)) <= eps]
+    return torch.tensor(flat, dtype=torch.long)

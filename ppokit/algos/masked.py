@@ -60,13 +60,18 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
 
 
 def masked_whiten(
-    x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
+    x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8, group=None
 ) -> torch.Tensor:
     """Whiten ``x`` with the mean and unbiased variance of its valid positions.
 
     x: (B, T), mask: (B, T) -> (B, T): (x - mu) / sqrt(var + eps) on valid positions
     (plus mu back again when ``shift_mean`` is False: only the scale changes); 0 on masked ones.
+    group: a torch.distributed process group (e.g. ``torch.distributed.group.WORLD``): mu and var
+    are then those of the valid positions of every rank in it (count, sum and sum of squares are
+    all-reduced in float64), so each rank whitens its part of the global batch identically.
     """
+    if group is not None:
+        return _whiten_over_group(x, mask, shift_mean, eps, group)
     m = as_float_mask(mask, x)
     mean = masked_mean(x, m)
     var = masked_var(x, m, unbiased=True)
@@ -74,3 +79,24 @@ def masked_whiten(
     if not shift_mean:
         white = white + mean
     return torch.where(m.bool(), white, torch.zeros_like(white))
+
+
+def _whiten_over_group(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool, eps: float, group) -> torch.Tensor:
+    """``masked_whiten`` with statistics summed over the ranks of ``group``. x, mask: (B, T) -> (B, T)."""
+    import torch.distributed as dist
+
+    m = as_float_mask(mask, x)
+    sums = torch.tensor([float(m.sum()), float((x * m).sum()), float((x * x * m).sum())], dtype=torch.float64)
+    if dist.get_world_size(group) > 1:
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
+        sums = sums.to(device)
+        dist.all_reduce(sums, group=group)
+    n, total, total_sq = sums.tolist()
+    if n < 2:
+        return torch.zeros_like(x)
+    mean = total / n
+    var = max(total_sq - n * mean * mean, 0.0) / (n - 1)
+    white = (x - mean) * (var + eps) ** -0.5
+    if not shift_mean:
+        white = white + mean
+    return white * m

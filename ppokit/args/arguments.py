@@ -6,16 +6,12 @@ from typing import Any
 
 from pydantic import ConfigDict, PrivateAttr
 
+from ppokit.algorithms import algorithm
+
 from .extensions import PpokitArguments
 from .model_data import DataArguments, ModelArguments
 from .training_base import BaseTrainingArguments
 from .training_rl import RLTrainingArguments
-
-GROUP_ALGORITHMS = frozenset({"grpo", "drgrpo", "dapo", "rloo", "reinforce_plus_plus_baseline"})
-"""Algorithms whose advantages compare the rollout_n responses of one prompt (need rollout_n >= 2)."""
-
-KL_IN_REWARD_ALGORITHMS = frozenset({"ppo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"})
-"""Algorithms that put kl_coeff x KL into the reward (PaddleNLP's use_kl_in_reward)."""
 
 
 class TrainingArguments(RLTrainingArguments, BaseTrainingArguments):
@@ -49,30 +45,14 @@ class Arguments(ModelArguments, DataArguments, TrainingArguments, PpokitArgument
     @property
     def group_algorithm(self) -> bool:
         """True for algorithms with group-relative baselines (grpo, drgrpo, dapo, rloo, rf++ baseline)."""
-        return self.rl_algorithm in GROUP_ALGORITHMS
-
-    @property
-    def use_critic(self) -> bool:
-        """True when a critic (value model) is trained: only for ppo."""
-        return self.rl_algorithm == "ppo"
+        return algorithm(self.rl_algorithm).needs_groups
 
     @property
     def use_kl_in_reward(self) -> bool:
         """True when kl_coeff x KL goes into the reward (ppo and reinforce_plus_plus variants)."""
-        return self.rl_algorithm in KL_IN_REWARD_ALGORITHMS
+        return algorithm(self.rl_algorithm).kl_in_reward
 
     @property
     def needs_reference(self) -> bool:
         """True when a reference model is needed (a KL term with a non-zero coefficient)."""
         return self.kl_loss_coeff > 0 or (self.use_kl_in_reward and self.kl_coeff > 0)
-
-    @property
-    def zero_stage(self) -> int:
-        """DeepSpeed ZeRO stage named by ``sharding``: '' -> 0, 'stage2' -> 2 ('offload' words ignored)."""
-        stages = [int(w[-1]) for w in self.sharding.split() if w in ("stage1", "stage2", "stage3")]
-        return max(stages, default=0)
-
-    @property
-    def needs_labels(self) -> bool:
-        """True when records must carry a reference answer (reward server or rule reward)."""
-        return self.use_rm_server or self.use_rule_reward

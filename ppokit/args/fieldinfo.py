@@ -28,11 +28,6 @@ def non_none(annotation: Any) -> list:
     return [annotation]
 
 
-def is_bool(annotation: Any) -> bool:
-    """True when the field is a (possibly optional) plain bool."""
-    return non_none(annotation) == [bool]
-
-
 def is_list(annotation: Any) -> bool:
     """True when one member of the annotation is a ``list[...]``."""
     return any(typing.get_origin(a) is list for a in non_none(annotation))

@@ -6,10 +6,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from ppokit.algorithms import ALGORITHM_NAMES
+
 from .model_data import GROUP_CONFIG
 
-RL_ALGORITHMS = ("ppo", "grpo", "reinforce_plus_plus", "rloo", "drgrpo", "dapo", "reinforce_plus_plus_baseline")
-RlAlgorithm = Literal["ppo", "grpo", "reinforce_plus_plus", "rloo", "drgrpo", "dapo", "reinforce_plus_plus_baseline"]
+RlAlgorithm = Literal[ALGORITHM_NAMES]  # the names of the algorithm table, in its order
 
 
 class RLTrainingArguments(BaseModel):

@@ -13,7 +13,7 @@ from ppokit.data.loader import PromptLoader
 from ppokit.data.prepare import LAYOUTS, ensure_prepared, prepare, write_jsonl
 from ppokit.data.records import TEMPLATE_MARKERS, is_templated, row_to_record
 from ppokit.data.render import encode_prompts, render_plain, render_prompt
-from ppokit.data.specs import load_datasets, load_from_args, load_task_config
+from ppokit.data.specs import load_datasets, load_task_config
 
 __all__ = [
     "LAYOUTS",
@@ -24,7 +24,6 @@ __all__ = [
     "ensure_prepared",
     "is_templated",
     "load_datasets",
-    "load_from_args",
     "load_task_config",
     "prepare",
     "render_plain",

@@ -238,15 +238,3 @@ def load_task_config(path: str, prompt_key: str = "src", response_key: str = "tg
         raise DataError(f"{path}: the mix is empty; raise 'size' or the weights")
     random.Random(seed).shuffle(mixed)
     return mixed
-
-
-def load_from_args(args, split: str = "train") -> list[dict] | None:
-    """Records for `split` ("train", "eval", "ptx") from an Arguments-like object: `{split}_task_config`
-    when set, else `{split}_datasets`; None when neither is set."""
-    prompt_key = getattr(args, "prompt_key", None) or "src"
-    response_key = getattr(args, "response_key", None) or "tgt"
-    config = getattr(args, f"{split}_task_config", None)
-    if config:
-        return load_task_config(config, prompt_key, response_key)
-    spec = getattr(args, f"{split}_datasets", None)
-    return load_datasets(spec, prompt_key, response_key) if spec else None

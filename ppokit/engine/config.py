@@ -43,11 +43,6 @@ def zero_settings(sharding, offload_level="") -> tuple[int, bool]:
     return (max(stages) if stages else 0), offload
 
 
-def zero_stage_from(sharding) -> int:
-    """The ZeRO stage of PaddleNLP's `sharding` value (0 when empty); see `zero_settings`."""
-    return zero_settings(sharding)[0]
-
-
 def _words(value) -> list[str]:
     if value is None:
         return []
@@ -78,7 +73,7 @@ def deepspeed_config(
     turns on DeepSpeed's fp16 mode on CUDA only.
 
     `grad_accum` is the number of micro-batches per optimizer step on each rank; ppokit sets the
-    accumulation boundary itself (see `ppokit.engine.micro_batch_backward`), so this only has to
+    accumulation boundary itself (see `ppokit.engine.backward_and_step`), so this only has to
     be consistent with `train_batch_size`.
     """
     if zero_stage not in (0, 1, 2, 3):

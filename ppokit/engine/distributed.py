@@ -16,9 +16,61 @@ class DistInfo:
     local_rank: int
     device: torch.device
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+
+def is_distributed() -> bool:
+    """True once torch.distributed has a process group (a single-process one counts)."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    """This process's rank (0 without a process group)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    """Number of processes in the default group (1 without a process group)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def default_group():
+    """The default process group (`torch.distributed.group.WORLD`), or None without one."""
+    import torch.distributed as dist
+
+    return dist.group.WORLD if is_distributed() else None
+
+
+def collective_device() -> torch.device:
+    """Where tensors for collectives must live: the current GPU under NCCL, else the CPU (gloo)."""
+    import torch.distributed as dist
+
+    if is_distributed() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_sum(*values: float) -> list[float]:
+    """The values summed over all ranks in float64 (themselves with one process)."""
+    import torch.distributed as dist
+
+    totals = torch.tensor(values, dtype=torch.float64)
+    if world_size() > 1:
+        totals = totals.to(collective_device())  # NCCL reduces only GPU tensors
+        dist.all_reduce(totals)
+    return totals.tolist()
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing to wait for with one process)."""
+    import torch.distributed as dist
+
+    if world_size() > 1:
+        dist.barrier()
 
 
 def free_port() -> int:

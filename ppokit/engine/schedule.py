@@ -21,13 +21,6 @@ from collections.abc import Callable
 KINDS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")
 
 
-def warmup_steps_for(total_steps: int, warmup_ratio: float = 0.0, warmup_steps: int = 0) -> int:
-    """PaddleNLP: `warmup_steps` if > 0, else ceil(warmup_ratio · total_steps)."""
-    if warmup_steps and warmup_steps > 0:
-        return int(warmup_steps)
-    return math.ceil(warmup_ratio * total_steps)
-
-
 def make_lr_lambda(
     kind: str,
     total_steps: int,
@@ -105,11 +98,3 @@ def _annealing(kind: str, lr: float, min_lr: float, warmup: int, decay_steps: in
         return absolute(step) / lr if lr > 0 else 0.0
 
     return multiplier
-
-
-def make_lr_scheduler(optimizer, kind: str, total_steps: int, warmup_steps: int, min_lr: float | None = None, **kw):
-    """`LambdaLR(optimizer, make_lr_lambda(...))` with lr taken from the optimizer's first group."""
-    from torch.optim.lr_scheduler import LambdaLR
-
-    lr = optimizer.param_groups[0]["lr"]
-    return LambdaLR(optimizer, make_lr_lambda(kind, total_steps, warmup_steps, lr, min_lr, **kw))

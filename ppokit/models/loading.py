@@ -262,10 +262,10 @@ def dtype_for(bf16: bool, fp16: bool, device) -> tuple[torch.dtype, torch.dtype]
     return torch.float32, torch.float32
 
 
-def autocast_context(compute_dtype: torch.dtype, device):
-    """`torch.autocast` to `compute_dtype` on `device`'s type, or a no-op for float32."""
+def autocast_context(compute_dtype: torch.dtype | None, device):
+    """`torch.autocast` to `compute_dtype` on `device`'s type, or a no-op for float32 (or None)."""
     device_type = torch.device(device).type
-    if compute_dtype == torch.float32:
+    if compute_dtype is None or compute_dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device_type, dtype=compute_dtype)
 

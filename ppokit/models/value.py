@@ -99,9 +99,9 @@ def save_value_model(model: ValueModel, out_dir: str | os.PathLike) -> None:
 
 
 def _rank() -> int:
-    import torch.distributed as dist
+    from ppokit.engine import rank
 
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    return rank()
 
 
 @torch.no_grad()

@@ -96,7 +96,7 @@ def build_reward_functions(args: Any, records: Sequence[dict] | None = None, bas
     if use_server:
         fns.append(_server_reward(args))
     if not fns and model_path:
-        from ppokit.rewards.model import ModelReward
+        from ppokit.rewards.model_reward import ModelReward
 
         fns.append(NamedReward(name="reward_model", fn=ModelReward(model_path), locate_errors=False))
     if not fns:

@@ -86,7 +86,7 @@ def function_scorer(reward: NamedReward) -> Scorer:
 
 def model_scorer(path: str, batch_size: int = 8, device: str | None = None) -> Scorer:
     """Score prompt + response with a sequence-classification reward model (one model, one lock)."""
-    from ppokit.rewards.model import ModelReward
+    from ppokit.rewards.model_reward import ModelReward
 
     model = ModelReward(path, batch_size=batch_size, device=device)
     lock = threading.Lock()

@@ -5,7 +5,7 @@
         t.log(1, {"reward/mean": 0.4, "reward/std": 0.2, "actor/kl": 0.001})
         t.log_samples(1, [{"prompt": "...", "response": "...", "reward": 1.0}])
 
-Watch with ``visualdl --logdir vdl_log``; write a report with ``python -m ppokit.report output``.
+Watch with ``visualdl --logdir vdl_log``; write a report with ``python -m ppokit.tracking.report output``.
 """
 
 from ppokit.tracking.backends import resolve_report_to

@@ -78,6 +78,13 @@ class RolloutBatch:
         return replace(self, prompt_len=self.prompt_len - first, **cut)
 
 
+def fill_in(batch: RolloutBatch, result: RolloutBatch) -> None:
+    """Copy a phase's result onto the batch a notebook holds, so `s.score(batch); s.update(batch)` reads
+    as in the docs. Only the Session's notebook methods call it; phases never change a batch they get."""
+    for f in fields(result):
+        setattr(batch, f.name, getattr(result, f.name))
+
+
 def build_batch(
     records: list[dict],
     prompt_ids: list[list[int]],

@@ -3,38 +3,56 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from ppokit.algos.kl import AdaptiveKL, FixedKL
-from ppokit.args import batch_plan, check_lengths
+from ppokit.algos import algorithm
+from ppokit.algos.kl import AdaptiveKL, FixedKL, make_kl_controller
+from ppokit.args import Arguments, BatchPlan, batch_plan, check_lengths
+from ppokit.data import PromptLoader
+from ppokit.engine import DistInfo
+from ppokit.rollout import RolloutEngine
 from ppokit.training.batch import RolloutBatch
-from ppokit.training.distributed import quiet_other_ranks, zero_options
+from ppokit.training.critic import Critic
+from ppokit.training.engine_setup import choose_device, seed_everything, train_engine
 from ppokit.training.forward import batched_logprobs
-from ppokit.training.setup import Policy, choose_device, lr_schedule_spec, seed_everything
+from ppokit.training.normalize import RunningNormalizer
 
 logger = logging.getLogger("ppokit")
+
+
+@dataclass
+class Policy:
+    """The actor side: tokenizer, trainable model (inside a DeepSpeed engine), reference, precision."""
+
+    tokenizer: object
+    engine: object  # deepspeed engine; engine.module is the (peft-wrapped) causal LM
+    reference: object | None  # callable model (or adapter-disabled view) for reference log-probs
+    compute_dtype: torch.dtype | None
+    device: torch.device
+    model_path: str | None
 
 
 @dataclass
 class State:
     """Everything a step needs. Counters here are saved in checkpoints."""
 
-    args: object
-    dist: object
-    plan: object
+    args: Arguments
+    dist: DistInfo
+    plan: BatchPlan
     policy: Policy
-    rollout_engine: object
+    rollout_engine: RolloutEngine
     reward_fns: list
-    loader: object
+    loader: PromptLoader
     train_records: list[dict]
     eval_records: list[dict]
-    kl_ctl: object
+    kl_ctl: FixedKL | AdaptiveKL
     logprob_batch_size: int
-    critic: object | None = None
-    reward_normalizer: object | None = None
-    ptx_loss: object | None = None
+    critic: Critic | None = None
+    reward_normalizer: RunningNormalizer | None = None
+    ptx_loss: Callable[[], tuple[torch.Tensor, dict[str, float]]] | None = None  # PTX term, `.loader` attached
     rollouts_drawn: int = 0
     updates_done: int = 0
     skipped_groups: int = 0
@@ -49,7 +67,6 @@ class State:
 
 def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
     """Tokenizer, actor in a DeepSpeed engine, and the reference (only when a KL term is used)."""
-    from ppokit.engine import build_engine, deepspeed_config
     from ppokit.models import (
         LoraSpec,
         attention_implementation,
@@ -59,7 +76,6 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
         load_tokenizer,
         resolve_model_path,
     )
-    from ppokit.training.phases import needs_reference
 
     device = choose_device(args, dist)
     param_dtype, compute_dtype = dtype_for(args.bf16, args.fp16, device)
@@ -78,17 +94,9 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
         raise ValueError("Session(model=...) needs tokenizer=... too")
     check_lengths(args, getattr(model.config, "max_position_embeddings", None))
     reference = None
-    if needs_reference(args):
+    if args.needs_reference:
         reference = load_reference(model, path, dtype=param_dtype, device=device, lora_used=lora is not None)
-    total_steps = plan.optimizer_steps_per_rollout * max(args.max_steps, 1)
-    ds = deepspeed_config(
-        **zero_options(args),  # sharding stage; offload_level / offload_optim / "stageN offload"
-        micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
-        world_size=plan.world_size, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
-        bf16=args.bf16, fp16=args.fp16, device=device,
-    )
-    engine = build_engine(model, ds, lr_schedule_spec(args, total_steps))
+    engine = train_engine(model, args, plan, device)
     return Policy(tokenizer=tokenizer, engine=engine, reference=reference, compute_dtype=compute_dtype,
                   device=device, model_path=path)
 
@@ -119,8 +127,6 @@ def build_data_split(args, tokenizer, spec, task_config):
 
 def build_data(args, tokenizer, plan):
     """Train (and eval) records, rendered and encoded once, and the seeded prompt loader."""
-    from ppokit.data import PromptLoader
-
     raw = load_records(args, args.train_datasets, args.train_task_config)
     if not raw:
         raise ValueError("no training data: set train_datasets (a .jsonl/.json/.parquet path) or train_task_config")
@@ -175,11 +181,10 @@ def encode(records, tokenizer, max_prompt_len, encode_prompts):
     return kept  # encode_prompts already reported how many were dropped
 
 
-def build_kl_controller(args):
-    """Fixed or adaptive β for KL in the reward (`kl_coeff`, `kl_ctrl_type`, `target_kl`, `kl_horizon`)."""
-    if args.kl_ctrl_type == "adaptive":
-        return AdaptiveKL(args.kl_coeff, args.target_kl, args.kl_horizon)
-    return FixedKL(args.kl_coeff)
+def quiet_other_ranks(rank: int) -> None:
+    """On ranks other than 0, show only ppokit's warnings and errors (rank 0 prints the info lines)."""
+    if rank != 0:
+        logging.getLogger("ppokit").setLevel(logging.WARNING)
 
 
 def build_state(args, model=None, tokenizer=None, reward_functions=None) -> State:
@@ -205,15 +210,13 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     )
     logprob_bs = args.per_device_logprob_batch_size if args.per_device_logprob_batch_size > 0 else plan.micro_batch_size
     state = State(args=args, dist=dist, plan=plan, policy=policy, rollout_engine=rollout_engine, reward_fns=fns,
-                  loader=loader, train_records=train, eval_records=evals, kl_ctl=build_kl_controller(args),
+                  loader=loader, train_records=train, eval_records=evals, kl_ctl=make_kl_controller(args.kl_ctrl_type, args.kl_coeff, args.target_kl, args.kl_horizon),
                   logprob_batch_size=logprob_bs)
-    if args.rl_algorithm == "ppo":
+    if algorithm(args.rl_algorithm).needs_critic:
         from ppokit.training.critic import build_critic
 
         state.critic = build_critic(args, dist, plan, policy)
     if args.normalize_reward:
-        from ppokit.training.normalize import RunningNormalizer
-
         state.reward_normalizer = RunningNormalizer()
     if args.ptx_coeff > 0:
         from ppokit.training.ptx import build_ptx_loss

@@ -2,14 +2,12 @@
 
 Where the critic starts (PaddleNLP's rule, then ppokit's fallback): `critic_model_name_or_path`, else
 `reward_model_name_or_path` (a reward model's `score` head becomes the value head), else the actor's
-weights with a fresh value head. It has its own optimizer and schedule: every `critic_*` key that is
-set replaces the actor's key of the same name without the prefix (learning_rate, min_learning_rate,
-lr_scheduler_type, warmup_ratio, weight_decay, decay_steps, recompute).
+weights with a fresh value head. Its optimizer and schedule take the `critic_*` keys
+(`engine_setup.train_engine(..., critic=True)`).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,12 +15,12 @@ import torch
 
 from ppokit.algos.masked import masked_mean, masked_var
 from ppokit.algos.reduce import reduce_loss
-from ppokit.algos.value_loss import clipped
-from ppokit.training.actor import chunks, dp_world_size, global_denominators, pre_step_grad_norm
+from ppokit.algos.value_loss import VALUE_LOSSES
+from ppokit.engine import current_lr
 from ppokit.training.batch import RolloutBatch
-from ppokit.training.distributed import zero_options
+from ppokit.training.engine_setup import option, train_engine
 from ppokit.training.forward import batched_values, value_forward
-from ppokit.training.setup import lr_schedule_spec
+from ppokit.training.update import LossConfig, minibatch_update
 
 
 @dataclass
@@ -41,9 +39,6 @@ class Critic:
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """(B, R) values of the batch's states, no grad."""
         return batched_values(self.engine.module, batch, self.batch_size, self.compute_dtype, self.device)
-
-    def update(self, batch: RolloutBatch, args, plan) -> dict[str, float]:
-        return critic_update(self, batch, args, plan)
 
     def save(self, folder: Path, weights_only: bool) -> None:
         from ppokit.models import save_value_model
@@ -89,20 +84,13 @@ def check_same_vocabulary(path: str, tokenizer) -> None:
         )
 
 
-def critic_option(args, key: str):
-    """`critic_<key>` when set, else the actor's `<key>` (PaddleNLP copies critic_* onto the critic's args)."""
-    value = getattr(args, f"critic_{key}", None)
-    return getattr(args, key) if value is None else value
-
-
 def build_critic(args, dist, plan, policy) -> Critic:
     """A value model (backbone + scalar head) trained by its own engine with the critic_* optimizer and schedule."""
-    from ppokit.engine import build_engine, deepspeed_config
     from ppokit.models import attention_implementation, dtype_for, load_value_model, resolve_model_path
 
     param_dtype, compute_dtype = dtype_for(args.bf16, args.fp16, policy.device)
     source = critic_source(args, policy)
-    recompute = bool(critic_option(args, "recompute"))
+    recompute = bool(option(args, "recompute", critic=True))
     if source is None:
         model = load_value_model(None, dtype=param_dtype, device=policy.device, backbone=policy.engine.module,
                                  gradient_checkpointing=recompute)
@@ -112,18 +100,7 @@ def build_critic(args, dist, plan, policy) -> Critic:
             check_same_vocabulary(source, policy.tokenizer)
         model = load_value_model(source, dtype=param_dtype, device=policy.device, gradient_checkpointing=recompute,
                                  attn_implementation=attention_implementation(args.use_flash_attention))
-    ds = deepspeed_config(
-        **zero_options(args),  # sharding stage; offload_level / offload_optim / "stageN offload"
-        micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
-        world_size=plan.world_size, lr=critic_option(args, "learning_rate"), betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon, weight_decay=critic_option(args, "weight_decay"), max_grad_norm=args.max_grad_norm,
-        bf16=args.bf16, fp16=args.fp16, device=policy.device,
-    )
-    total = plan.optimizer_steps_per_rollout * max(args.max_steps, 1)
-    spec = lr_schedule_spec(args, total, critic=True)
-    if args.critic_decay_steps:
-        spec["decay_steps"] = args.critic_decay_steps
-    engine = build_engine(model, ds, spec)
+    engine = train_engine(model, args, plan, policy.device, critic=True)
     bs = args.per_device_value_batch_size if args.per_device_value_batch_size > 0 else plan.micro_batch_size
     return Critic(engine=engine, compute_dtype=compute_dtype, device=policy.device, batch_size=bs, source=source)
 
@@ -136,53 +113,25 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     return float(1 - masked_var(returns - values, mask) / var_r)
 
 
-def critic_micro_step(critic: Critic, part: RolloutBatch, args, denoms, last: bool) -> tuple[float, float, float | None]:
-    """Forward, clipped value loss, backward (and the optimizer step after the `last` micro-batch).
-
-    Returns (loss share, clip fraction, gradient norm or None when not the last micro-batch).
-    """
-    engine = critic.engine
-    values = value_forward(engine, part, critic.compute_dtype, critic.device)  # the engine: ZeRO-3 accumulates
-    per_token, m = clipped(values, part.values, part.returns, part.response_mask, args.clip_range_value)
+def critic_loss(critic: Critic, part: RolloutBatch, cfg: LossConfig, denoms) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped value loss of one micro-batch (its share of the mini-batch) and its clip fraction."""
+    values = value_forward(critic.engine, part, critic.compute_dtype, critic.device)  # the engine: ZeRO-3 accumulates
+    per_token, m = VALUE_LOSSES["clipped"](values, part.values, part.returns, part.response_mask,
+                                           cfg.clip_range_value)
     tokens, seqs = denoms
     loss = reduce_loss(per_token, part.response_mask, "token-mean", global_tokens=tokens, global_seqs=seqs)
-    if not torch.isfinite(loss.detach()):
-        raise FloatingPointError(
-            f"The critic's value loss is {float(loss)}; check the rewards (clip_range_score, normalize_reward) "
-            "and critic_learning_rate."
-        )
-    engine.set_gradient_accumulation_boundary(last)
-    # The loss is this micro-batch's share of the mini-batch over all ranks (see actor.py).
-    engine.backward(loss * dp_world_size(), scale_wrt_gas=False)
-    norm = pre_step_grad_norm(engine) if last else None
-    engine.step()
-    if last and norm is None:
-        norm = float(engine.get_global_grad_norm() or 0.0)
-    return float(loss.detach()), float(m["vf_clipfrac"]), norm
+    return loss, {"critic/value_loss": float(loss.detach()), "critic/vf_clipfrac": float(m["vf_clipfrac"])}
 
 
-def critic_update(critic: Critic, batch: RolloutBatch, args, plan) -> dict[str, float]:
+def critic_update(critic: Critic, batch: RolloutBatch, cfg: LossConfig, plan) -> dict[str, float]:
     """Clipped value loss against the batch's returns, in the actor's mini/micro-batch layout."""
     if batch.values is None or batch.returns is None:
         raise ValueError("The critic update needs batch.values and batch.returns: run compute_advantages(batch) first.")
-    critic.engine.module.train()
-    sums: dict[str, float] = defaultdict(float)
-    n_steps = 0
-    for _ in range(plan.update_iters):
-        for mini_idx in chunks(len(batch), plan.mini_batch_sequences_per_rank):
-            mini = batch.select(mini_idx)
-            denoms = global_denominators(mini.response_mask)
-            micro = chunks(len(mini), plan.micro_batch_size)
-            for k, idx in enumerate(micro):
-                loss, clipfrac, norm = critic_micro_step(critic, mini.select(idx).trimmed(), args, denoms,
-                                                         last=k == len(micro) - 1)
-                sums["critic/value_loss"] += loss
-                sums["critic/vf_clipfrac"] += clipfrac / len(micro)
-            sums["critic/grad_norm"] += norm
-            n_steps += 1
-    out = {k: v / max(n_steps, 1) for k, v in sums.items()}
+    out = minibatch_update(critic.engine, batch, plan, lambda part, denoms, first: critic_loss(critic, part, cfg, denoms),
+                           prefix="critic", hint="check the rewards (clip_range_score, normalize_reward) and "
+                           "critic_learning_rate")
     out["critic/values_mean"] = float(masked_mean(batch.values, batch.response_mask))
     out["critic/returns_mean"] = float(masked_mean(batch.returns, batch.response_mask))
     out["critic/explained_variance"] = explained_variance(batch.values, batch.returns, batch.response_mask)
-    out["critic/lr"] = float(critic.engine.get_lr()[0])
+    out["critic/lr"] = current_lr(critic.engine)
     return out

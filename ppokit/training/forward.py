@@ -6,11 +6,10 @@ costs (B, R, V) and never (B, P + R, V).
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from ppokit.algos.logprobs import entropy_from_logits, token_logprobs
+from ppokit.models.loading import autocast_context
 from ppokit.training.batch import RolloutBatch
 
 
@@ -18,13 +17,6 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, L) positions that skip left padding, as `generate` computes them."""
     pos = attention_mask.long().cumsum(-1) - 1
     return pos.clamp_min(0)
-
-
-def autocast(compute_dtype: torch.dtype | None, device: torch.device | str):
-    """bf16/fp16 autocast when mixed precision is on; a no-op otherwise."""
-    if compute_dtype is None or compute_dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=compute_dtype)
 
 
 def response_logits(model, batch: RolloutBatch) -> torch.Tensor:
@@ -47,7 +39,7 @@ def policy_forward(model, batch: RolloutBatch, chunk_size: int, entropy: str, co
     entropy: "grad" (differentiable), "detached" (for logging only) or "none".
     """
     labels = batch.input_ids[:, batch.prompt_len :]
-    with autocast(compute_dtype, device):
+    with autocast_context(compute_dtype, device):
         logits = response_logits(model, batch)
     # Log-probs of the distribution that was sampled from (logits / temperature), as verl does.
     t = temperature if temperature and temperature > 0 else 1.0
@@ -94,7 +86,7 @@ def batched_values(value_model, batch: RolloutBatch, micro_batch_size: int, comp
 def value_forward(value_model, batch: RolloutBatch, compute_dtype, device) -> torch.Tensor:
     """(B, R) values V(s_t) for the state before each response token (with grad)."""
     R = batch.response_mask.shape[1]
-    with autocast(compute_dtype, device):
+    with autocast_context(compute_dtype, device):
         values = value_model(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,

@@ -57,13 +57,12 @@ def check_eval_data(session) -> None:
 
 
 def train_loop(session) -> list[dict]:
-    """Run the steps; evaluation every `eval_steps`, checkpoints every `save_steps`, model saved at the end."""
+    """Run the steps; evaluation every `eval_steps`, checkpoints every `save_steps`, model saved at the end.
+
+    `Session.train` has already prepared the run (`checkpoint.prepare_run`: output_dir, resume)."""
     from ppokit.tracking import format_summary
 
     args = session.args
-    from ppokit.checkpoint import prepare_run
-
-    prepare_run(session)  # output_dir writable with room for a checkpoint; resume_from_checkpoint
     total = total_steps(session)
     check_eval_data(session)
     progress = progress_view(session, total)

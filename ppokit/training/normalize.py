@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
+
+from ppokit.engine import all_reduce_sum
 
 
 def batch_moments(x: torch.Tensor) -> tuple[float, float, float]:
     """(count, mean, sum of squared deviations) of x (B,) over all data-parallel ranks."""
     x = x.detach().double().flatten()
-    sums = torch.tensor([float(x.numel()), float(x.sum()), float((x * x).sum())], dtype=torch.float64)
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(sums)  # sums, not gathers: ranks may hold different numbers of rewards
-    n, total, total_sq = sums.tolist()
+    # sums, not gathers: ranks may hold different numbers of rewards
+    n, total, total_sq = all_reduce_sum(float(x.numel()), float(x.sum()), float((x * x).sum()))
     if n == 0:
         return 0.0, 0.0, 0.0
     mean = total / n

@@ -1,28 +1,33 @@
-"""The step's phases as functions of (state, args, batch): rollout, score, advantages, update.
+"""The step's phases, each a function from values to values: rollout, score, advantages, update.
 
-Session methods are one-line calls into these, so notebooks and `run_ppo.py` run the same code.
+    batch = rollout(state, args)                 # prompts, responses, reference/old log-probs, values
+    batch = score(state, args, batch)            # + scores, reward_terms
+    batch = advantages(state, args, batch)       # + token_rewards, advantages, returns
+    metrics = update(state, args, batch)         # optimizer steps; the batch is not changed
+
+Each returns a new `RolloutBatch` (the one it was given is left as it was) and raises a clear error when
+its predecessor has not run; the order is decided in `Session.step` alone. `state` holds the models and
+counters the phases advance (draws, updates, skipped groups).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import torch
 
+from ppokit.algos.advantages import overlong_penalty, zero_std_groups
 from ppokit.rewards import compute_rewards, skipped_groups
 from ppokit.rollout import SamplingParams
 from ppokit.training.actor import actor_update
-from ppokit.training.advantage import (
-    GROUP_ALGORITHMS,
-    KL_IN_REWARD,
-    compute_advantages,
-    overlong_penalty,
-    zero_std_groups,
-)
+from ppokit.training.advantage import with_advantages
 from ppokit.training.batch import RolloutBatch, build_batch, concat_batches
-from ppokit.training.distributed import all_ranks_min, over_ranks
+from ppokit.training.critic import critic_update
 from ppokit.training.forward import batched_logprobs
+from ppokit.training.metrics import all_ranks_min, over_ranks
+from ppokit.training.update import LossConfig
 
 
 def sampling_params(args, n: int | None = None, temperature: float | None = None) -> SamplingParams:
@@ -49,8 +54,7 @@ def generate(state, records: list[dict], sampling: SamplingParams, group_offset:
         records, prompt_ids, texts, out.prompt_index, out.response_ids, out.finish_reasons,
         state.policy.tokenizer, rollout_logprobs=out.logprobs, group_offset=group_offset,
     )
-    batch.temperature = sampling.temperature if sampling.temperature > 0 else 1.0
-    return batch
+    return replace(batch, temperature=sampling.temperature if sampling.temperature > 0 else 1.0)
 
 
 def draw_local_prompts(state) -> tuple[list[dict], int]:
@@ -64,16 +68,18 @@ def draw_local_prompts(state) -> tuple[list[dict], int]:
 
 
 def rollout(state, args) -> RolloutBatch:
-    """Draw prompts, generate, and attach the log-probs / values the later phases need."""
+    """Draw prompts, generate, and attach the log-probs / values the later phases need.
+
+    With `dynamic_sampling` the batch comes back already scored (groups were kept by their rewards).
+    """
     started = time.perf_counter()
     if args.dynamic_sampling:
         batch = dynamic_sampling_rollout(state, args)
     else:
         records, offset = draw_local_prompts(state)
         batch = generate(state, records, sampling_params(args), offset)
-    batch.stats["timing/rollout_s"] = time.perf_counter() - started
-    attach_logprobs(state, args, batch)
-    return batch
+    batch = replace(batch, stats={**batch.stats, "timing/rollout_s": time.perf_counter() - started})
+    return with_logprobs(state, args, batch)
 
 
 def dynamic_sampling_rollout(state, args) -> RolloutBatch:
@@ -90,8 +96,7 @@ def dynamic_sampling_rollout(state, args) -> RolloutBatch:
                 "or turn dynamic_sampling off"
             )
         records, offset = draw_local_prompts(state)
-        part = generate(state, records, sampling_params(args), offset)
-        score(state, args, part)
+        part = score(state, args, generate(state, records, sampling_params(args), offset))
         flat = zero_std_groups(part.scores, part.group_ids)
         keep = ~torch.isin(part.group_ids, flat)
         dropped += len(flat)
@@ -101,35 +106,34 @@ def dynamic_sampling_rollout(state, args) -> RolloutBatch:
     batch = concat_batches(kept, state.policy.tokenizer)
     groups = torch.unique_consecutive(batch.group_ids)[:need]
     batch = batch.select(torch.isin(batch.group_ids, groups).nonzero().squeeze(1))
-    batch.stats.update({"groups/dropped_zero_std": float(dropped), "groups/gen_rounds": float(rounds)})
-    return batch
+    return replace(batch, stats={**batch.stats, "groups/dropped_zero_std": float(dropped),
+                                 "groups/gen_rounds": float(rounds)})
 
 
-def needs_reference(args) -> bool:
-    """A reference model is used when a KL term is on (loss or reward)."""
-    return args.kl_loss_coeff > 0 or (args.rl_algorithm in KL_IN_REWARD and args.kl_coeff > 0)
-
-
-def attach_logprobs(state, args, batch: RolloutBatch) -> None:
+def with_logprobs(state, args, batch: RolloutBatch) -> RolloutBatch:
     """Reference log-probs (KL), old log-probs (several updates per rollout, or KL in reward), values (PPO)."""
     policy, mbs = state.policy, state.logprob_batch_size
+    found: dict = {}
     started = time.perf_counter()
-    if needs_reference(args):
-        batch.ref_logprobs = state.reference_logprobs(batch)
-    batch.stats["timing/ref_s"] = time.perf_counter() - started
+    if args.needs_reference:
+        found["ref_logprobs"] = state.reference_logprobs(batch)
+    ref_s = time.perf_counter() - started
     started = time.perf_counter()
     several_updates = state.plan.optimizer_steps_per_rollout > 1
-    if several_updates or (args.rl_algorithm in KL_IN_REWARD and args.kl_coeff > 0):
-        batch.old_logprobs = batched_logprobs(
-            policy.engine.module, batch, mbs, args.chunk_size, policy.compute_dtype, policy.device, batch.temperature
-        )
+    if several_updates or (args.use_kl_in_reward and args.kl_coeff > 0):
+        found["old_logprobs"] = batched_logprobs(policy.engine.module, batch, mbs, args.chunk_size,
+                                                 policy.compute_dtype, policy.device, batch.temperature)
     if state.critic is not None:
-        batch.values = state.critic.values(batch)
-    batch.stats["timing/old_logprob_s"] = time.perf_counter() - started
+        found["values"] = state.critic.values(batch)
+    stats = {**batch.stats, "timing/ref_s": ref_s, "timing/old_logprob_s": time.perf_counter() - started}
+    return replace(batch, **found, stats=stats)
 
 
-def score(state, args, batch: RolloutBatch) -> None:
-    """batch.scores (B,): combined rewards, DAPO overlong shaping, clipping, normalisation."""
+def score(state, args, batch: RolloutBatch) -> RolloutBatch:
+    """The batch with scores (B,): combined rewards, DAPO overlong shaping, clipping, normalisation.
+
+    Groups whose reward the reward server could not give are dropped (counted in reward/skipped_groups).
+    """
     started = time.perf_counter()
     total, per_fn = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts, batch.records)
     if torch.isnan(total).any():
@@ -137,7 +141,7 @@ def score(state, args, batch: RolloutBatch) -> None:
         state.skipped_groups += n_skipped
         per_fn = {k: v[keep] for k, v in per_fn.items()}
         total = total[keep]
-        batch.__dict__.update(batch.select(keep.nonzero().squeeze(1)).__dict__)
+        batch = batch.select(keep.nonzero().squeeze(1))
         if len(batch) == 0:
             raise RuntimeError("every group of this step failed to get a reward from the reward server")
     if args.enable_overlong_reward_buffer:
@@ -145,37 +149,32 @@ def score(state, args, batch: RolloutBatch) -> None:
                                    args.overlong_penalty_factor)
         per_fn["overlong"] = penalty
         total = total + penalty
-    batch.stats["reward/raw_mean"] = float(total.mean())
+    stats = {**batch.stats, "reward/raw_mean": float(total.mean())}
     if args.normalize_reward and state.reward_normalizer is not None:
         total = state.reward_normalizer(total)  # PaddleNLP normalises first, then clips
     total = total.clamp(-args.clip_range_score, args.clip_range_score)
-    batch.scores = total
-    batch.reward_terms = per_fn
-    batch.stats["reward/skipped_groups"] = float(state.skipped_groups)
-    batch.stats["timing/reward_s"] = time.perf_counter() - started
+    stats["reward/skipped_groups"] = float(state.skipped_groups)
+    stats["timing/reward_s"] = time.perf_counter() - started
+    return replace(batch, scores=total, reward_terms=per_fn, stats=stats)
 
 
-def advantages(state, args, batch: RolloutBatch) -> None:
-    """batch.token_rewards, batch.advantages, batch.returns per rl_algorithm."""
-    if batch.scores is None:
-        score(state, args, batch)
-    batch.stats.update(compute_advantages(batch, args, state.kl_ctl))
+def advantages(state, args, batch: RolloutBatch) -> RolloutBatch:
+    """The batch with token_rewards, advantages and returns per rl_algorithm (β from the KL controller)."""
+    return with_advantages(batch, args, state.kl_ctl.value)
 
 
 def update(state, args, batch: RolloutBatch) -> dict[str, float]:
     """Critic and actor optimizer steps on the batch, KL controller update, rollout weight sync."""
     if batch.advantages is None:
-        advantages(state, args, batch)
+        raise ValueError("the update needs advantages: run Session.compute_advantages(batch) first.")
     started = time.perf_counter()
+    cfg = LossConfig.from_args(args)  # once per step: a notebook may have changed args since the last one
     metrics: dict[str, float] = {}
     if state.critic is not None:
-        metrics.update(state.critic.update(batch, args, state.plan))
-    actor_moves = state.updates_done >= args.critic_warmup_steps or state.critic is None
-    if actor_moves:
-        policy = state.policy
-        metrics.update(actor_update(policy.engine, batch, args, state.plan, policy.compute_dtype, policy.device,
-                                    extra_loss=state.ptx_loss))
-        state.rollout_engine.update_weights(policy.engine.module)
+        metrics.update(critic_update(state.critic, batch, cfg, state.plan))
+    if state.updates_done >= args.critic_warmup_steps or state.critic is None:
+        metrics.update(actor_update(state.policy, batch, cfg, state.plan, extra_loss=state.ptx_loss))
+        state.rollout_engine.update_weights(state.policy.engine.module)
     state.updates_done += 1
     key = "kl/seq_kl_mean" if "kl/seq_kl_mean" in batch.stats else "actor/kl"  # target_kl is per response
     observed, n = over_ranks(key, batch.stats.get(key, metrics.get(key)), len(batch))  # one beta on all ranks
@@ -185,36 +184,4 @@ def update(state, args, batch: RolloutBatch) -> dict[str, float]:
     return metrics
 
 
-def batch_metrics(batch: RolloutBatch) -> dict[str, float]:
-    """reward/*, response_length/*, groups/* and the phase timings recorded on the batch."""
-    scores = batch.scores.float()
-    lengths = batch.response_lengths.float()
-    out = {
-        "reward/mean": float(scores.mean()),
-        "reward/std": float(scores.std()) if len(scores) > 1 else 0.0,
-        "reward/max": float(scores.max()),
-        "reward/min": float(scores.min()),
-        "response_length/mean": float(lengths.mean()),
-        "response_length/max": float(lengths.max()),
-        "response_length/clip_ratio": sum(r == "length" for r in batch.finish_reasons) / max(len(batch), 1),
-        "groups/zero_std_frac": len(zero_std_groups(scores, batch.group_ids)) / max(len(torch.unique(batch.group_ids)), 1),
-    }
-    for name, values in batch.reward_terms.items():
-        out[f"reward/{name}"] = float(values.float().nanmean())
-    out.update(batch.stats)
-    return out
-
-
-def sample_rows(batch: RolloutBatch, limit: int = 4) -> list[dict]:
-    """A few (prompt, response, reward, advantage) rows for VisualDL text and samples.jsonl."""
-    rows = []
-    for i in range(min(limit, len(batch))):
-        row = {"prompt": batch.prompt_texts[i], "response": batch.response_texts[i], "reward": float(batch.scores[i])}
-        if batch.advantages is not None:
-            row["advantage"] = float(batch.advantages[i][batch.response_mask[i] > 0][:1].sum())
-        row.update({f"reward/{k}": float(v[i]) for k, v in batch.reward_terms.items()})
-        rows.append(row)
-    return rows
-
-
-__all__ = ["rollout", "score", "advantages", "update", "batch_metrics", "sample_rows", "GROUP_ALGORITHMS"]
+__all__ = ["rollout", "score", "advantages", "update", "sampling_params", "generate"]

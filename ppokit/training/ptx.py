@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 
 from ppokit.algos.logprobs import token_logprobs
-from ppokit.training.actor import dp_world_size
-from ppokit.training.forward import autocast, position_ids
+from ppokit.engine import world_size
+from ppokit.models.loading import autocast_context
+from ppokit.training.forward import position_ids
 
 
 def ptx_tensors(records: list[dict], tokenizer, max_length: int | None = None):
@@ -43,7 +44,7 @@ def ptx_nll(module, records, tokenizer, chunk_size, compute_dtype, device, max_l
     """Mean token NLL of the records' targets given their prompts (differentiable, a 0-d tensor)."""
     ids, att, tmask = ptx_tensors(records, tokenizer, max_length)
     ids, att, tmask = ids.to(device), att.to(device), tmask.to(device)
-    with autocast(compute_dtype, device):
+    with autocast_context(compute_dtype, device):
         logits = module(input_ids=ids, attention_mask=att, position_ids=position_ids(att), use_cache=False).logits
     logp = token_logprobs(logits[:, :-1], ids[:, 1:], chunk_size=chunk_size)
     mask = tmask[:, 1:]
@@ -74,7 +75,7 @@ def build_ptx_loss(args, policy, plan, records: list[dict]):
                       policy.compute_dtype, policy.device, args.max_length)
         # Each rank adds its own PTX term and the actor scales its loss by the world size before
         # DeepSpeed averages gradients: divide here so PTX weighs ptx_coeff x the mean over ranks.
-        return args.ptx_coeff * nll / dp_world_size(), {"actor/ptx_loss": float(nll.detach())}
+        return args.ptx_coeff * nll / world_size(), {"actor/ptx_loss": float(nll.detach())}
 
     ptx_loss.loader = loader
     return ptx_loss

@@ -115,11 +115,20 @@ def test_output_dir_and_do_train_notes():
 def test_kl_off_note_and_properties():
     ppo = load_arguments(overrides={"kl_coeff": 0.0, "kl_loss_coeff": 0.0})
     assert "KL to the reference model is off (kl_loss_coeff=0 and kl_coeff=0): no reference model is needed." in ppo.notes
-    assert ppo.use_critic and ppo.use_kl_in_reward and not ppo.group_algorithm and not ppo.needs_reference
+    assert ppo.use_kl_in_reward and not ppo.group_algorithm and not ppo.needs_reference
     grpo = load_arguments(overrides=GRPO)
-    assert grpo.group_algorithm and not grpo.use_critic and not grpo.use_kl_in_reward and grpo.needs_reference
+    assert grpo.group_algorithm and not grpo.use_kl_in_reward and grpo.needs_reference
 
 
-@pytest.mark.parametrize(("sharding", "stage"), [("", 0), ("stage1", 1), ("stage2", 2), ("stage3 offload", 3)])
-def test_zero_stage_from_sharding(sharding, stage):
-    assert load_arguments(overrides={"sharding": sharding}).zero_stage == stage
+def test_the_algorithm_table_is_what_args_accept():
+    from typing import get_args
+
+    from ppokit.algorithms import ALGORITHMS, GROUP_ALGORITHMS
+    from ppokit.args.training_rl import RlAlgorithm
+
+    assert get_args(RlAlgorithm) == tuple(ALGORITHMS)
+    assert GROUP_ALGORITHMS == {"grpo", "drgrpo", "dapo", "rloo", "reinforce_plus_plus_baseline"}
+    assert [n for n, a in ALGORITHMS.items() if a.needs_critic] == ["ppo"]
+    for name in ALGORITHMS:
+        args = load_arguments(overrides={**GRPO, "rl_algorithm": name})
+        assert args.group_algorithm == ALGORITHMS[name].needs_groups

@@ -6,15 +6,15 @@ import torch
 
 from ppokit.args import load_arguments
 from ppokit.training.batch import RolloutBatch
-from ppokit.training.distributed import (
+from ppokit.training.engine_setup import zero_options
+from ppokit.training.metrics import (
     SequenceFacts,
+    batch_metrics,
     gather_metrics,
     over_ranks,
     reduce_rank_metrics,
     reduction_for,
-    zero_options,
 )
-from ppokit.training.phases import batch_metrics
 
 
 def scored_batch(scores, lengths, group_ids, reasons, offset=0):

@@ -14,7 +14,7 @@ from dist_helpers import HERE, distinct_chars, tail, torchrun, update_overrides
 
 from ppokit.args import load_arguments
 from ppokit.session import Session
-from ppokit.training.phases import batch_metrics
+from ppokit.training.metrics import batch_metrics
 
 WORLD = 2
 

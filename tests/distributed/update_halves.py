@@ -18,8 +18,7 @@ from dist_helpers import distinct_chars, update_overrides
 from ppokit.args import load_arguments
 from ppokit.models.weights import gathered
 from ppokit.session import Session
-from ppokit.training.distributed import gather_metrics
-from ppokit.training.phases import batch_metrics
+from ppokit.training.metrics import batch_metrics, gather_metrics
 
 
 def my_groups(batch, rank: int, per_rank: int):

@@ -12,7 +12,6 @@ from ppokit.engine import (
     deepspeed_config,
     init_distributed,
     micro_batch_backward,
-    unwrap,
 )
 from ppokit.models.weights import gathered
 from ppokit.testing import tiny_causal_lm, tiny_tokenizer
@@ -83,7 +82,7 @@ def test_two_micro_batches_equal_one_big_batch(dist, tiny, stage):
         micro_batch_backward(engine, _token_loss(engine, ids[2:], mask[2:], tokens), last=True),
     ]
     assert applied == [False, True] and engine.global_steps == 1
-    after = _params(unwrap(engine))
+    after = _params(engine.module)
     assert max((after[n] - before[n]).abs().max().item() for n in before) > 1e-3  # a real update
     for name, value in expected.items():
         torch.testing.assert_close(after[name], value, atol=1e-5, rtol=0, msg=name)
@@ -102,7 +101,7 @@ def test_micro_batch_count_need_not_match_the_config(dist, tiny):
     opt = torch.optim.AdamW(reference.parameters(), lr=1.0, eps=1.0, weight_decay=0.0)
     _token_loss(reference, ids, mask, tokens).backward()
     opt.step()
-    after, expected = _params(unwrap(engine)), _params(reference)
+    after, expected = _params(engine.module), _params(reference)
     for name, value in expected.items():
         torch.testing.assert_close(after[name], value, atol=1e-5, rtol=0, msg=name)
 
@@ -134,7 +133,6 @@ def test_bad_losses_and_models_are_refused(dist, tiny):
     with pytest.raises(ValueError, match="differs from the DeepSpeed config"):
         build_engine(copy.deepcopy(model0), _config(0, lr=0.1), dict(kind="constant", total_steps=1,
                                                                       warmup_steps=0, lr=0.2))
-    assert unwrap(model0) is model0 and unwrap(engine) is engine.module
 
 
 @pytest.mark.parametrize("stage", [2, 3])
@@ -144,12 +142,12 @@ def test_rollouts_follow_an_engine_module(dist, tiny, stage):
     tok, model0 = tiny
     ids, mask = _batch()
     engine = build_engine(copy.deepcopy(model0), _config(stage, lr=0.1, eps=1e-8))
-    rollout = make_rollout_engine("hf", False, unwrap(engine), tok, compute_dtype=torch.bfloat16)
+    rollout = make_rollout_engine("hf", False, engine.module, tok, compute_dtype=torch.bfloat16)
     # ZeRO-3 generates from a gathered plain copy; otherwise from the live module under autocast.
-    assert (rollout.generation_model is unwrap(engine)) == (stage != 3)
+    assert (rollout.generation_model is engine.module) == (stage != 3)
     micro_batch_backward(engine, _token_loss(engine, ids, mask, 10.0), last=True)
-    rollout.update_weights(unwrap(engine))
-    trained = _params(unwrap(engine))
+    rollout.update_weights(engine.module)
+    trained = _params(engine.module)
     used = _params(rollout.generation_model)
     for name, value in trained.items():
         torch.testing.assert_close(used[name], value.to(used[name].dtype), msg=name)
@@ -164,11 +162,11 @@ def test_lora_actor_in_an_engine_keeps_its_reference(dist, tiny_model_dir):
     base = load_causal_lm(tiny_model_dir).eval()
     actor = load_causal_lm(tiny_model_dir, lora=LoraSpec(rank=4, alpha=8))
     engine = build_engine(actor, _config(2, lr=0.1, eps=1e-8))
-    reference = load_reference(unwrap(engine), tiny_model_dir, lora_used=True)
+    reference = load_reference(engine.module, tiny_model_dir, lora_used=True)
     micro_batch_backward(engine, _token_loss(engine, ids, mask, 10.0), last=True)
     with torch.no_grad():
         expected = base(input_ids=ids, attention_mask=mask).logits
-        moved = unwrap(engine)(input_ids=ids, attention_mask=mask).logits
+        moved = engine.module(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(reference(input_ids=ids, attention_mask=mask).logits, expected)
     assert (moved - expected).abs().max() > 1e-4
 
@@ -182,7 +180,7 @@ def test_critic_saved_from_a_zero3_engine_reloads(dist, tiny_model_dir, tmp_path
         critic.value_head.bias.fill_(0.5)
         expected = critic(ids, mask)
     engine = build_engine(critic, _config(3))
-    save_value_model(unwrap(engine), tmp_path / "critic")
+    save_value_model(engine.module, tmp_path / "critic")
     reloaded = load_value_model(str(tmp_path / "critic"))
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids, mask), expected)

@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from ppokit.engine import build_engine, deepspeed_config, init_distributed, micro_batch_backward, unwrap
+from ppokit.engine import build_engine, deepspeed_config, init_distributed, micro_batch_backward
 from ppokit.models.weights import gathered
 from ppokit.testing import tiny_causal_lm, tiny_tokenizer
 
@@ -37,9 +37,9 @@ def main(stage: int) -> None:
     opt = torch.optim.AdamW(reference.parameters(), lr=1.0, eps=1.0, weight_decay=0.0)
     token_loss(reference, ids, mask, tokens).backward()
     opt.step()
-    with gathered(unwrap(engine)):
+    with gathered(engine.module):
         worst = max((p.detach() - q.detach()).abs().max().item()
-                    for p, q in zip(unwrap(engine).parameters(), reference.parameters()))
+                    for p, q in zip(engine.module.parameters(), reference.parameters()))
     print(f"rank {dist.rank} stage {stage} max difference {worst:.3g}", flush=True)
     sys.exit(0 if worst < 1e-5 else 1)
 

@@ -1,4 +1,4 @@
-"""What a finished Session run leaves behind: the files `python -m ppokit.report` reads, and VisualDL records."""
+"""What a finished Session run leaves behind: the files `python -m ppokit.tracking.report` reads, and VisualDL records."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_a_session_run_writes_args_metrics_and_samples(tiny_run):
 
 def test_the_report_builds_from_a_session_run(tiny_run, tmp_path):
     out = tmp_path / "report.html"
-    done = subprocess.run([sys.executable, "-m", "ppokit.report", str(tiny_run.out), "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "ppokit.tracking.report", str(tiny_run.out), "--out", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     page = out.read_text()

@@ -7,7 +7,7 @@ import torch
 from ppo_helpers import distinct_chars, make_ppo
 
 from ppokit.args import load_arguments
-from ppokit.rewards.model import ModelReward
+from ppokit.rewards.model_reward import ModelReward
 
 K3_01 = math.exp(-0.1) + 0.1 - 1  # k3 at log pi_old - log pi_ref = 0.1
 

@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ppokit.training.advantage import global_whiten
+from ppokit.algos import masked_whiten
 from ppokit.training.normalize import RunningNormalizer
 
 ADV = torch.tensor([[1.0, -2.0, 0.5, 0.0], [3.0, 0.0, 0.0, 0.0], [0.25, 0.75, -1.0, 2.0], [4.0, 1.0, 0.0, 0.0]])
@@ -17,7 +17,7 @@ def worker(rank, store_path, out_dir):
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:
         rows = slice(0, 1) if rank == 0 else slice(1, 4)  # unequal shares of the batch
-        white = global_whiten(ADV[rows], MASK[rows])
+        white = masked_whiten(ADV[rows], MASK[rows], group=dist.group.WORLD)
         norm = RunningNormalizer()
         first = norm(SCORES[rank])
         second = norm(SCORES[rank])
@@ -30,7 +30,7 @@ def worker(rank, store_path, out_dir):
 def test_whitening_and_reward_normalisation_span_the_ranks(tmp_path):
     mp.spawn(worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
-    whole = global_whiten(ADV, MASK)  # one process, the whole batch
+    whole = masked_whiten(ADV, MASK)  # one process, the whole batch
     valid = ADV[MASK.bool()]
     torch.testing.assert_close(whole, (ADV - valid.mean()) / valid.std() * MASK, atol=1e-6, rtol=0)
     torch.testing.assert_close(torch.cat([r0["white"], r1["white"]]), whole, atol=1e-6, rtol=0)

@@ -7,7 +7,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from ppokit.rewards import RewardError
-from ppokit.rewards.model import ModelReward
+from ppokit.rewards.model_reward import ModelReward
 from ppokit.rewards.scorers import build_scorer
 from ppokit.rewards.server import create_app
 from ppokit.testing import tiny_model_config, tiny_tokenizer

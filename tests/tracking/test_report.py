@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ppokit.report import build_report, main
 from ppokit.tracking import ReportError, Tracker
+from ppokit.tracking.report import build_report, main
 
 EXTERNAL = re.compile(r"""(src|href)\s*=\s*["']?\s*(https?:)?//|url\(\s*["']?(https?:)?//|@import""", re.I)
 
@@ -34,6 +34,7 @@ def write_run(
             "actor/grad_norm": 0.5,
             "actor/lr": 1e-6,
             "actor/pg_loss": -0.01,
+            "kl/beta": 0.02,
             "timing/rollout_s": 1.5,
             "timing/update_s": 0.5,
             "custom/thing": s,
@@ -66,7 +67,7 @@ def test_complete_run_report(tmp_path):
     assert html.count("<svg") >= 8
     for title in ("Reward by step", "Reward by wall time", "Response length", "KL divergence", "Entropy"):
         assert f'aria-label="{title}"' in html
-    for title in ("Clip fraction", "Gradient norm", "Learning rate", "Time per phase", "eval/accuracy"):
+    for title in ("KL coefficient", "Clip fraction", "Gradient norm", "Learning rate", "Time per phase", "eval/accuracy"):
         assert f'aria-label="{title}"' in html
     assert "<polygon" in html  # the ± std band
     assert "finished" in html
@@ -139,13 +140,13 @@ def test_module_entry_point(tmp_path):
     write_run(out, steps=4)
     target = tmp_path / "custom.html"
     done = subprocess.run(
-        [sys.executable, "-m", "ppokit.report", str(out), "--out", str(target)],
+        [sys.executable, "-m", "ppokit.tracking.report", str(out), "--out", str(target)],
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0, done.stderr
     assert target.read_text().startswith("<!DOCTYPE html>")
     failed = subprocess.run(
-        [sys.executable, "-m", "ppokit.report", str(tmp_path)], capture_output=True, text=True
+        [sys.executable, "-m", "ppokit.tracking.report", str(tmp_path)], capture_output=True, text=True
     )
     assert failed.returncode == 2 and "metrics.jsonl" in failed.stderr

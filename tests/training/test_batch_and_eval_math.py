@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
+from ppokit.algos.advantages import overlong_penalty, score_to_token_rewards, zero_std_groups
 from ppokit.testing import tiny_tokenizer
-from ppokit.training.advantage import overlong_penalty, score_to_token_rewards, zero_std_groups
 from ppokit.training.batch import build_batch, concat_batches
 from ppokit.training.evaluate import majority_correct, pass_at_k, summarize
 

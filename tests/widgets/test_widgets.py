@@ -139,7 +139,7 @@ def test_live_view_shows_progress_reward_and_charts(displayed):
     assert "eval/accuracy" in view.plot.value
     view.close()
     assert view.label.value.endswith("(done)") and view.bar.bar_style == "success"
-    assert [s for s, _ in view.history] == [1, 2, 3]
+    assert [s for s, _ in view.state.history] == [1, 2, 3]
 
 
 def test_live_chart_falls_back_to_the_policy_drift_when_there_is_no_kl_term():
@@ -170,7 +170,7 @@ def fake_session(history=()):
 def test_train_uses_the_live_view_in_jupyter_and_the_console_bar_elsewhere(displayed, monkeypatch):
     monkeypatch.setattr(widgets, "in_notebook", lambda: True)
     view = progress_view(fake_session([{"step": 1, **metrics(1, 0.5)}]), 4)
-    assert isinstance(view, (widgets.LiveView, widgets.HtmlLiveView)) and view.step == 1
+    assert isinstance(view, (widgets.LiveView, widgets.HtmlLiveView)) and view.state.step == 1
     monkeypatch.setattr(widgets, "in_notebook", lambda: False)
     bar = progress_view(fake_session(), 4)
     assert isinstance(bar, ConsoleProgress)

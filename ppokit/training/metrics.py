@@ -1,4 +1,4 @@
-"""Data-parallel helpers for the trainer: one step's metrics over all ranks, and small collectives.
+"""The step's metrics: `batch_metrics` and `sample_rows` of one batch, and the same over all ranks.
 
 Every rank rolls out its own whole groups and computes its own metrics; `gather_metrics` turns
 them into the step's global metrics, identical on every rank (so each rank's `history` agrees and
@@ -15,19 +15,20 @@ rank 0, the only one that logs, logs the whole step):
   ranks weighted by each rank's number of sequences: exact for per-sequence means, a close
   approximation for per-token means when ranks hold different numbers of tokens.
 
-Also here: `over_ranks` (one metric over ranks, e.g. the KL that drives the adaptive controller),
-`all_ranks_min`, `collective_device` (where collective tensors live: the GPU under NCCL),
-`zero_options` (ZeRO stage and optimizer offload from PaddleNLP's keys) and `quiet_other_ranks`.
-With one process every collective here returns its input unchanged.
+Also here: `over_ranks` (one metric over ranks, e.g. the KL that drives the adaptive controller) and
+`all_ranks_min`. With one process every collective here returns its input unchanged.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+
+from ppokit.algos.advantages import zero_std_groups
+from ppokit.engine import collective_device, world_size
+from ppokit.training.batch import RolloutBatch
 
 # Rank shares of a loss whose denominator is the whole mini-batch over all ranks: the global value is the sum.
 SHARE_KEYS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "critic/value_loss"})
@@ -35,36 +36,6 @@ SHARE_KEYS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "acto
 SUM_KEYS = frozenset({"reward/skipped_groups", "groups/dropped_zero_std", "throughput/tokens_per_s"})
 # The slowest rank sets the pace; the most rounds any rank needed.
 MAX_KEYS = frozenset({"groups/gen_rounds"})
-
-
-def world_size() -> int:
-    """Number of processes in the default group (1 when torch.distributed is not initialised)."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return 1
-
-
-def zero_options(args) -> dict:
-    """`deepspeed_config`'s zero_stage and offload_optimizer from PaddleNLP's keys: the stage from
-    `sharding`; optimizer offload when `offload_level` names "optimizer", `sharding` has an "offload"
-    word, or `offload_optim` is true."""
-    from ppokit.engine import zero_settings
-
-    stage, offload = zero_settings(args.sharding, args.offload_level)
-    return {"zero_stage": stage, "offload_optimizer": offload or bool(getattr(args, "offload_optim", False))}
-
-
-def quiet_other_ranks(rank: int) -> None:
-    """On ranks other than 0, show only ppokit's warnings and errors (rank 0 prints the info lines)."""
-    if rank != 0:
-        logging.getLogger("ppokit").setLevel(logging.WARNING)
-
-
-def collective_device() -> torch.device:
-    """Where tensors for collectives must live: the current GPU under NCCL, else the CPU (gloo)."""
-    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def reduction_for(key: str) -> str:
@@ -80,7 +51,7 @@ def reduction_for(key: str) -> str:
 
 @dataclass
 class SequenceFacts:
-    """What `phases.batch_metrics` reads from a RolloutBatch, for sequences of one or all ranks."""
+    """What `batch_metrics` reads from a RolloutBatch, for sequences of one or all ranks."""
 
     scores: torch.Tensor  # (B,)
     response_lengths: torch.Tensor  # (B,)
@@ -154,8 +125,6 @@ def gather_metrics(metrics: dict[str, float], batch=None) -> dict[str, float]:
     """
     if world_size() == 1:
         return metrics
-    from ppokit.training.phases import batch_metrics
-
     facts = SequenceFacts.of(batch) if batch is not None and batch.scores is not None else None
     payload = {"metrics": dict(metrics), "facts": facts, "n": len(batch) if batch is not None else 0}
     gathered: list = [None] * world_size()
@@ -189,3 +158,35 @@ def all_ranks_min(value: int) -> int:
     t = torch.tensor([int(value)], dtype=torch.long, device=collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return int(t.item())
+
+
+def batch_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """reward/*, response_length/*, groups/* and the phase timings recorded on the batch."""
+    scores = batch.scores.float()
+    lengths = batch.response_lengths.float()
+    out = {
+        "reward/mean": float(scores.mean()),
+        "reward/std": float(scores.std()) if len(scores) > 1 else 0.0,
+        "reward/max": float(scores.max()),
+        "reward/min": float(scores.min()),
+        "response_length/mean": float(lengths.mean()),
+        "response_length/max": float(lengths.max()),
+        "response_length/clip_ratio": sum(r == "length" for r in batch.finish_reasons) / max(len(batch), 1),
+        "groups/zero_std_frac": len(zero_std_groups(scores, batch.group_ids)) / max(len(torch.unique(batch.group_ids)), 1),
+    }
+    for name, values in batch.reward_terms.items():
+        out[f"reward/{name}"] = float(values.float().nanmean())
+    out.update(batch.stats)
+    return out
+
+
+def sample_rows(batch: RolloutBatch, limit: int = 4) -> list[dict]:
+    """A few (prompt, response, reward, advantage) rows for VisualDL text and samples.jsonl."""
+    rows = []
+    for i in range(min(limit, len(batch))):
+        row = {"prompt": batch.prompt_texts[i], "response": batch.response_texts[i], "reward": float(batch.scores[i])}
+        if batch.advantages is not None:
+            row["advantage"] = float(batch.advantages[i][batch.response_mask[i] > 0][:1].sum())
+        row.update({f"reward/{k}": float(v[i]) for k, v in batch.reward_terms.items()})
+        rows.append(row)
+    return rows

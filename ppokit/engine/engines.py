@@ -1,6 +1,6 @@
 """DeepSpeed engines for the trained models, and the trainer-facing backward/step contract.
 
-The contract (`micro_batch_backward`): each micro-batch's loss arrives already normalised by the
+The contract (`backward_and_step`, and `micro_batch_backward` which answers whether a step was applied): each micro-batch's loss arrives already normalised by the
 global denominator of its mini-batch (ppokit.algos reduce: token or sequence counts of the whole
 mini-batch over all ranks), so the correct gradient is the plain SUM over micro-batches and ranks.
 DeepSpeed would instead (a) divide every loss by `gradient_accumulation_steps` and (b) average
@@ -47,28 +47,44 @@ def build_engine(model: nn.Module, ds_config: dict, lr_schedule: dict | None = N
     return engine
 
 
-def micro_batch_backward(engine, loss: torch.Tensor, *, last: bool) -> bool:
+def backward_and_step(engine, loss: torch.Tensor, *, last: bool, hint: str = "") -> float | None:
     """Backward one micro-batch's (globally normalised) loss; after the `last` one, step.
 
-    Returns True when an optimizer update was applied (DeepSpeed may skip one on fp16 overflow;
-    see `engine.was_step_applied()`).
+    loss: 0-d. A non-finite loss is refused (FloatingPointError naming it; `hint` says what to check).
+    Returns the gradient norm before clipping after the `last` micro-batch, None before it.
     """
     if loss.dim() != 0:
         raise ValueError(f"micro_batch_backward needs a scalar loss, got shape {tuple(loss.shape)}.")
     if not torch.isfinite(loss.detach()).all():
         raise FloatingPointError(
-            f"The loss is {loss.item()}; refusing to back-propagate it (check rewards, advantages and the learning rate)."
+            f"The loss is {loss.item()}; refusing to back-propagate it "
+            f"({hint or 'check rewards, advantages and the learning rate'})."
         )
     engine.set_gradient_accumulation_boundary(last)
+    # Global denominators make the per-rank losses sum to the batch loss; DeepSpeed averages
+    # gradients over ranks, so scale back up by the data-parallel world size.
     engine.backward(loss * engine.dp_world_size, scale_wrt_gas=False)
+    norm = pre_step_grad_norm(engine) if last else None
     engine.step()
+    if last and norm is None:
+        norm = float(engine.get_global_grad_norm() or 0.0)
+    return norm
+
+
+def micro_batch_backward(engine, loss: torch.Tensor, *, last: bool) -> bool:
+    """`backward_and_step`; True when an optimizer update was applied (DeepSpeed may skip one on fp16
+    overflow; see `engine.was_step_applied()`)."""
+    backward_and_step(engine, loss, last=last)
     return bool(last and engine.was_step_applied())
 
 
-def unwrap(engine_or_model) -> nn.Module:
-    """The plain module inside a DeepSpeed engine (or the argument itself)."""
-    is_engine = hasattr(engine_or_model, "module") and hasattr(engine_or_model, "global_steps")
-    return engine_or_model.module if is_engine else engine_or_model
+def pre_step_grad_norm(engine) -> float | None:
+    """The gradient norm before clipping, where DeepSpeed does not record it (ZeRO-0 without fp16 clips
+    with torch and keeps no norm); None where `engine.get_global_grad_norm()` has it after the step."""
+    if engine.zero_optimization_stage() != 0 or engine.fp16_enabled():
+        return None
+    norms = [p.grad.detach().float().norm() for p in engine.module.parameters() if p.grad is not None]
+    return float(torch.stack(norms).norm()) if norms else 0.0
 
 
 def current_lr(engine) -> float:

@@ -1,0 +1,75 @@
+"""The actor's and the critic's DeepSpeed engines from the arguments: the one place PaddleNLP's keys
+become a `deepspeed_config` and an LR schedule (the config itself is `ppokit.engine`'s).
+
+The critic has its own optimizer and schedule: every `critic_*` key that is set replaces the actor's
+key of the same name without the prefix (learning_rate, min_learning_rate, lr_scheduler_type,
+warmup_ratio, weight_decay, decay_steps, recompute), as PaddleNLP copies them onto the critic's args.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from ppokit.engine import build_engine, deepspeed_config, zero_settings
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def choose_device(args, dist_info) -> torch.device:
+    """`device` key (ppokit) or the launcher's local device: cuda when present, else cpu."""
+    if args.device:
+        return torch.device(args.device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", dist_info.local_rank)
+    return torch.device("cpu")
+
+
+def option(args, key: str, critic: bool = False):
+    """`critic_<key>` when building the critic and it is set, else the actor's `<key>`."""
+    own = getattr(args, f"critic_{key}", None) if critic else None
+    return getattr(args, key) if own is None else own
+
+
+def zero_options(args) -> dict:
+    """`deepspeed_config`'s zero_stage and offload_optimizer from PaddleNLP's keys: the stage from
+    `sharding`; optimizer offload when `offload_level` names "optimizer", `sharding` has an "offload"
+    word, or `offload_optim` is true."""
+    stage, offload = zero_settings(args.sharding, args.offload_level)
+    return {"zero_stage": stage, "offload_optimizer": offload or bool(getattr(args, "offload_optim", False))}
+
+
+def lr_schedule_spec(args, total_optimizer_steps: int, critic: bool = False) -> dict:
+    """The LR schedule parameters for the actor or (with PaddleNLP's critic_* overrides) the critic."""
+    warmup = args.warmup_steps if getattr(args, "warmup_steps", 0) else int(
+        option(args, "warmup_ratio", critic) * total_optimizer_steps)
+    spec = dict(
+        kind=option(args, "lr_scheduler_type", critic),
+        total_steps=max(total_optimizer_steps, 1),
+        warmup_steps=warmup,
+        lr=option(args, "learning_rate", critic),
+        min_lr=option(args, "min_learning_rate", critic),
+    )
+    if critic and args.critic_decay_steps:
+        spec["decay_steps"] = args.critic_decay_steps
+    return spec
+
+
+def train_engine(model, args, plan, device, *, critic: bool = False):
+    """`model` in a DeepSpeed engine with the actor's (or the critic's) optimizer, ZeRO stage and LR schedule."""
+    ds = deepspeed_config(
+        **zero_options(args),  # sharding stage; offload_level / offload_optim / "stageN offload"
+        micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
+        world_size=plan.world_size, lr=option(args, "learning_rate", critic), betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon, weight_decay=option(args, "weight_decay", critic), max_grad_norm=args.max_grad_norm,
+        bf16=args.bf16, fp16=args.fp16, device=device,
+    )
+    total_steps = plan.optimizer_steps_per_rollout * max(args.max_steps, 1)
+    return build_engine(model, ds, lr_schedule_spec(args, total_steps, critic=critic))

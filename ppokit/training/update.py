@@ -1,0 +1,111 @@
+"""The one update loop: `minibatch_update(engine, batch, plan, loss_fn)`, used by the actor, the critic and PTX.
+
+`update_iters` passes over the batch; each pass walks its mini-batches (one optimizer step each) and
+splits every mini-batch into micro-batches. A micro-batch's loss is its numerator over the
+*mini-batch's* denominators (all micro-batches, all ranks: `minibatch_denominators`), so the
+accumulated gradient equals the gradient of the whole mini-batch; the engine's `backward_and_step`
+(finite-loss check, explicit accumulation boundary, world-size scaling) does the rest.
+
+`LossConfig` is what the losses read, resolved from the arguments once per step (a notebook may change
+`s.args` between steps): clip range, normaliser, aggregation mode, coefficients.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ppokit.algos.reduce import global_denominators
+from ppokit.engine import all_reduce_sum, backward_and_step
+from ppokit.training.batch import RolloutBatch
+
+# Metrics that are a micro-batch's share of its mini-batch's value: summed per optimizer step.
+SHARE_METRICS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "critic/value_loss"})
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The loss settings of one step, resolved from the arguments (no defaults recomputed per micro-batch)."""
+
+    policy_loss: str  # key of algos.POLICY_LOSSES
+    clip_low: float
+    clip_high: float
+    clip_ratio_c: float | None  # dual clip
+    agg_mode: str  # loss_agg_mode, key of algos.REDUCTIONS
+    norm_constant: float  # C of seq-mean-token-sum-norm
+    pg_coeff: float
+    kl_coeff: float  # kl_loss_coeff
+    kl_estimator: str  # kl_loss_type
+    entropy_coeff: float
+    clip_range_value: float
+    chunk_size: int
+
+    @classmethod
+    def from_args(cls, args) -> LossConfig:
+        """clip_range_ratio_low/high default to clip_range_ratio; the normaliser to max_dec_len."""
+        low, high = args.clip_range_ratio_low, args.clip_range_ratio_high
+        return cls(
+            policy_loss=args.policy_loss,
+            clip_low=args.clip_range_ratio if low is None else low,
+            clip_high=args.clip_range_ratio if high is None else high,
+            clip_ratio_c=args.clip_ratio_c,
+            agg_mode=args.loss_agg_mode,
+            norm_constant=args.loss_agg_norm_constant or args.max_dec_len,
+            pg_coeff=args.pg_loss_coeff,
+            kl_coeff=args.kl_loss_coeff,
+            kl_estimator=args.kl_loss_type,
+            entropy_coeff=args.entropy_coeff,
+            clip_range_value=args.clip_range_value,
+            chunk_size=args.chunk_size,
+        )
+
+
+def chunks(n: int, size: int) -> list[list[int]]:
+    """Consecutive index lists of at most `size` covering range(n)."""
+    return [list(range(i, min(i + size, n))) for i in range(0, n, max(size, 1))]
+
+
+def minibatch_denominators(mask: torch.Tensor) -> tuple[float, float]:
+    """(valid tokens, sequences with a valid token) of a mini-batch summed over ranks. mask: (b, R)."""
+    counts = global_denominators([mask])
+    tokens, seqs = all_reduce_sum(float(counts["tokens"]), float(counts["seqs"]))
+    return tokens, seqs
+
+
+# loss_fn(micro-batch, mini-batch denominators, first micro-batch of its mini-batch) -> (0-d loss, metrics)
+LossFn = Callable[[RolloutBatch, tuple[float, float], bool], tuple[torch.Tensor, dict[str, float]]]
+
+
+def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, prefix: str,
+                     hint: str = "") -> dict[str, float]:
+    """`plan.update_iters` passes of optimizer steps of `engine` on `batch`; the averaged metrics.
+
+    Metrics: share metrics (SHARE_METRICS) are summed per optimizer step, others averaged over
+    micro-batches; both then averaged over steps; `<prefix>/grad_norm` is the mean pre-clip norm.
+    `hint` completes the error raised on a non-finite loss.
+    """
+    engine.module.train()
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    norms: list[float] = []
+    for _ in range(plan.update_iters):
+        for mini_idx in chunks(len(batch), plan.mini_batch_sequences_per_rank):
+            mini = batch.select(mini_idx)
+            denoms = minibatch_denominators(mini.response_mask)
+            micro = chunks(len(mini), plan.micro_batch_size)
+            for k, idx in enumerate(micro):
+                # Forward through the engine, not engine.module: ZeRO-3 counts micro-steps in the engine's
+                # forward and would otherwise overwrite, not accumulate, the micro-batches' gradients.
+                loss, metrics = loss_fn(mini.select(idx).trimmed(), denoms, k == 0)
+                norm = backward_and_step(engine, loss, last=k == len(micro) - 1, hint=hint)
+                for key, v in metrics.items():
+                    sums[key] += v
+                    counts[key] += 1
+            norms.append(norm)
+    steps = max(len(norms), 1)
+    out = {k: sums[k] / steps if k in SHARE_METRICS else sums[k] / counts[k] for k in sums}
+    out[f"{prefix}/grad_norm"] = sum(norms) / steps
+    return out
