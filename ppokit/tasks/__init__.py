@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import difflib
 
-from ppokit.tasks import arithmetic, countdown, knights_knaves
+from ppokit.tasks import arithmetic, countdown, gsm8k, knights_knaves, math_boxed
 from ppokit.tasks.task import Task, TaskError
 
-TASKS: dict[str, Task] = {t.name: t for t in (knights_knaves.TASK, arithmetic.TASK, countdown.TASK)}
+TASKS: dict[str, Task] = {
+    t.name: t for t in (knights_knaves.TASK, arithmetic.TASK, countdown.TASK, gsm8k.TASK, math_boxed.TASK)
+}
 ALIASES = {"kk": "knights_knaves", "ppo-kk": "knights_knaves", "knights_and_knaves": "knights_knaves"}
+# verl's data_source values whose default scorer these tasks reproduce (verl.utils.reward_score).
+VERL_DATA_SOURCES = {"openai/gsm8k": "gsm8k", "lighteval/MATH": "math", "DigitalLearningGmbH/MATH-lighteval": "math",
+                     "HuggingFaceH4/MATH-500": "math"}
+ALIASES.update(VERL_DATA_SOURCES)
 
 
 def get(name: str) -> Task:
@@ -30,4 +36,4 @@ def get(name: str) -> Task:
     raise TaskError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}.{hint}")
 
 
-__all__ = ["ALIASES", "TASKS", "Task", "TaskError", "get"]
+__all__ = ["ALIASES", "TASKS", "VERL_DATA_SOURCES", "Task", "TaskError", "get"]

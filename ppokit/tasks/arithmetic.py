@@ -14,6 +14,7 @@ import re
 from fractions import Fraction
 
 from ppokit.tasks.expr import ExprError, parse
+from ppokit.tasks.math_answer import last_boxed
 from ppokit.tasks.task import Task, TaskError, int_range, require_reference
 
 DEFAULT_TEMPLATE = "What is {expression}? Answer with just the number."
@@ -59,18 +60,6 @@ def generate(n: int, seed: int, digits, operands, ops, nonnegative: bool, templa
     return rows
 
 
-def _boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 1, start + len("\\boxed{")
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j]
-    return None
-
-
 def _to_number(text: str) -> Fraction | None:
     try:
         return Fraction(text.replace(",", "").replace("−", "-"))
@@ -80,7 +69,7 @@ def _to_number(text: str) -> Fraction | None:
 
 def extract_answer(response: str) -> str | None:
     """The answer text: last \\boxed{} content (its last number), else the last number in the response."""
-    boxed = _boxed(response)
+    boxed = last_boxed(response)
     if boxed is not None:
         numbers = _NUMBER.findall(boxed)
         return numbers[-1] if numbers else boxed.strip()
