@@ -1,0 +1,199 @@
+"""verl's launch lines: Hydra overrides and nested YAML through the one table in `verl_table`.
+
+Two modes, as the two entry points need:
+
+* ``python -m ppokit.main_ppo key=value ...``: verl's documented defaults, then the overrides; the whole
+  resulting verl config is translated (so ``data.train_batch_size`` is 1024 unless given, as in verl).
+* ``python run_ppo.py [CONFIG] key=value ...``: PaddleNLP/ppokit defaults and the file; only the verl keys
+  given are translated (a converter that needs a partner key uses it only when that key is given too).
+
+Plain keys without a dot (``max_steps=3``) are ppokit's own keys in both modes and apply last.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+from .hydra import MISSING, Override, flatten, looks_like_override, parse_override, resolve_interpolations
+from .verl_table import FREE_FORM, INTERPOLATED, LAUNCH_KEYS, MISSPELLED_PREFIXES, TABLE, Ctx
+
+logger = logging.getLogger("ppokit")
+VERL_ROOTS = ("data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function", "algorithm",
+              "trainer", "ray_init", "hydra")
+
+
+@dataclass
+class VerlTranslation:
+    """ppokit values from verl keys, with what each given verl key did."""
+
+    values: dict[str, Any]  # verl-derived ppokit values (applied before `plain`)
+    plain: dict[str, Any]  # ppokit keys given as key=value (applied last)
+    drop: list[str]  # ppokit keys removed with ~key
+    mapping: dict[str, dict[str, Any]]  # given verl key -> {"value", "sets" | "no_effect", "note"}
+    notes: list[str] = field(default_factory=list)
+    world_size: int = 1
+    cfg: dict[str, Any] = field(default_factory=dict)  # the resolved verl config (main_ppo mode: all keys)
+
+
+def verl_defaults() -> dict[str, Any]:
+    """verl's documented defaults as {dotted.key: value} (interpolations unresolved)."""
+    return {key: INTERPOLATED.get(key, entry.default) for key, entry in TABLE.items()}
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(``--key value`` tokens, ``key=value``/``+key``/``~key`` tokens); a value right after ``--key`` that
+    looks like an override still counts as an override."""
+    dashed, hydra = [], []
+    for token in argv:
+        (hydra if looks_like_override(token) else dashed).append(token)
+    return dashed, hydra
+
+
+def is_verl_key(key: str) -> bool:
+    return "." in key or key in VERL_ROOTS
+
+
+def canonical_key(key: str, notes: list[str]) -> str:
+    """The table's spelling of ``key``: a known misspelled prefix is fixed with a warning; an unknown key
+    raises ConfigError naming the closest verl key."""
+    for wrong, right in MISSPELLED_PREFIXES.items():
+        if key.startswith(wrong):
+            fixed = right + key[len(wrong):]
+            notes.append(f"'{key}' is read as '{fixed}' (the '{wrong}' spelling comes from a widely copied guide; "
+                         f"verl itself would refuse it).")
+            key = fixed
+    if key in TABLE or key in FREE_FORM or any(key.startswith(prefix + ".") for prefix in FREE_FORM):
+        return key
+    if key.startswith("hydra."):
+        return key
+    match = difflib.get_close_matches(key, list(TABLE), n=1, cutoff=0.6)
+    hint = f"; did you mean {match[0]}?" if match else "; docs/verl.md lists every verl key ppokit reads."
+    raise ConfigError(f"command line: unknown verl key '{key}'{hint}")
+
+
+def apply_overrides(cfg: dict[str, Any], overrides: list[Override], notes: list[str]) -> tuple[dict, list[str]]:
+    """Apply verl overrides to a flat config (Hydra's rules for +, ++ and ~); returns (config, given keys)."""
+    out, given = dict(cfg), []
+    for o in overrides:
+        key = canonical_key(o.key, notes)
+        if o.op == "remove":
+            if key not in out:
+                raise ConfigError(f"command line: '{o.token}': there is no '{key}' to remove.")
+            if o.value is not MISSING and out[key] != o.value:
+                raise ConfigError(f"command line: '{o.token}': '{key}' is {out[key]!r}, not {o.value!r}.")
+            out[key] = TABLE[key].default if key in TABLE else None
+        elif o.op == "add" and key in out:
+            raise ConfigError(f"command line: '{o.token}': '{key}' already exists; write {o.token[1:]} to change it.")
+        else:
+            out[key] = o.value
+        given.append(key)
+    return out, list(dict.fromkeys(given))
+
+
+def parse_tokens(tokens: list[str]) -> tuple[list[Override], dict[str, Any], list[str]]:
+    """Split override tokens into (verl overrides, plain ppokit values, ppokit keys to drop)."""
+    verl, plain, drop = [], {}, []
+    for token in tokens:
+        o = parse_override(token)
+        if is_verl_key(o.key):
+            verl.append(o)
+        elif o.op == "remove":
+            drop.append(o.key)
+            plain.pop(o.key, None)
+        else:
+            plain[o.key] = None if o.value is MISSING else o.value
+    return verl, plain, drop
+
+
+def planned_world_size(cfg: dict[str, Any]) -> int:
+    """The launcher's WORLD_SIZE when set, else trainer.nnodes x trainer.n_gpus_per_node (1 when absent)."""
+    if os.environ.get("WORLD_SIZE"):
+        return max(int(os.environ["WORLD_SIZE"]), 1)
+    nodes, gpus = cfg.get("trainer.nnodes"), cfg.get("trainer.n_gpus_per_node")
+    return max(int(nodes or 1) * int(gpus or 1), 1) if (nodes is not None or gpus is not None) else 1
+
+
+def translate_verl(tokens: list[str], base: dict[str, Any] | None = None) -> VerlTranslation:
+    """Translate override tokens. ``base`` is a flat verl config to start from (main_ppo mode: verl's
+    defaults, or a YAML file over them); None means run_ppo.py mode (only the given keys)."""
+    notes: list[str] = []
+    verl, plain, drop = parse_tokens(tokens)
+    cfg, given = apply_overrides(base or {}, verl, notes)
+    cfg = resolve_interpolations(cfg)
+    world = planned_world_size(cfg)
+    ctx = Ctx(cfg, world)
+    values: dict[str, Any] = {}
+    mapping: dict[str, dict[str, Any]] = {}
+    keys = list(cfg) if base is not None else given
+    for key in keys:
+        entry = TABLE.get(key)
+        if entry is None:  # free-form or hydra.* key
+            if key in given:
+                mapping[key] = {"value": cfg[key], "no_effect": "verl/Hydra option ppokit does not read"}
+            continue
+        try:
+            updates = entry.apply(cfg[key], ctx)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{key}={cfg[key]!r} is not valid: {exc}.") from None
+        values.update(updates)
+        if key in given:
+            mapping[key] = _mapping_line(key, cfg[key], updates, entry)
+    notes += _no_effect_notes(mapping)
+    return VerlTranslation(values, plain, drop, mapping, notes, world, cfg)
+
+
+def _mapping_line(key: str, value: Any, updates: dict[str, Any], entry) -> dict[str, Any]:
+    line: dict[str, Any] = {"value": value}
+    if updates:
+        line["sets"] = updates
+    elif key in LAUNCH_KEYS:
+        line["launch"] = entry.note
+    elif entry.target is None:
+        line["no_effect"] = entry.note
+    else:
+        line["sets"] = {}
+    if entry.note and entry.target is not None:
+        line["note"] = entry.note
+    return line
+
+
+def _no_effect_notes(mapping: dict[str, dict[str, Any]]) -> list[str]:
+    out = []
+    for key, line in mapping.items():
+        if "no_effect" in line and (key not in TABLE or line["value"] != TABLE[key].default):
+            out.append(f"verl key {key}={line['value']!r} has no effect here: {line['no_effect']}.")
+    return out
+
+
+def read_verl_yaml(config_path: str, config_name: str) -> dict[str, Any]:
+    """A nested verl YAML (``--config-path DIR --config-name NAME``) as a flat config over verl's defaults."""
+    from .loader import read_config_file
+
+    name = config_name if config_name.endswith((".yaml", ".yml")) else config_name + ".yaml"
+    path = os.path.join(config_path, name)
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: no such verl config (from --config-path {config_path} --config-name "
+                          f"{config_name}).")
+    tree = read_config_file(path)
+    tree.pop("defaults", None)  # Hydra's composition list: verl's own defaults are already the base
+    flat = flatten(tree, leaves=FREE_FORM)
+    cfg = verl_defaults()
+    notes: list[str] = []
+    unknown: list[str] = []
+    for key, value in flat.items():
+        if key.startswith("hydra."):
+            continue
+        try:
+            cfg[canonical_key(key, notes)] = value
+        except ConfigError as exc:
+            unknown.append(str(exc).replace("command line: unknown verl key", f"{path}: unknown key"))
+    if unknown:
+        raise ConfigError("\n".join(unknown))
+    for note in notes:
+        logger.info(note)
+    return cfg
