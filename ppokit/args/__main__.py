@@ -1,4 +1,4 @@
-"""``python -m ppokit.args explain KEY | list | print CONFIG [--key value ...]``."""
+"""``python -m ppokit.args explain KEY | list | print CONFIG [--key value ...] | translate SRC --to verl|paddle``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from .errors import ConfigError
 
 USAGE = """usage: python -m ppokit.args explain KEY      describe a key (type, default, aliases)
        python -m ppokit.args list             list every key with its description
-       python -m ppokit.args print CONFIG [--key value ...]   print the resolved arguments"""
+       python -m ppokit.args print CONFIG [--key value ...]   print the resolved arguments
+       python -m ppokit.args translate FILE_OR_LINE --to verl|paddle
+                                              a PaddleNLP JSON as a verl line, or a verl line/YAML as JSON"""
 
 
 def main(argv: list[str]) -> int:
@@ -29,6 +31,15 @@ def main(argv: list[str]) -> int:
     if command == "list" and not rest:
         for key, field in sorted(Arguments.model_fields.items()):
             print(f"{key}: {field.description}")
+        return 0
+    if command == "translate" and len(rest) == 3 and rest[1] == "--to":
+        from .dialects import translate
+
+        try:
+            print(translate(rest[0], rest[2]))
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         return 0
     if command == "print" and rest:
         parse_cli([*rest, "--print_config"])

@@ -15,10 +15,11 @@ from .fieldinfo import type_name
 from .loader import env_world_size, load_arguments
 from .translate import IGNORED, RENAMES, suggest
 
-USAGE = """usage: python run_ppo.py CONFIG.{json,yaml} [--key value ...] [--print_config]
+USAGE = """usage: python run_ppo.py [CONFIG.{json,yaml}] [--key value ...] [key=value ...] [--print_config]
 
 Loads the argument file, applies --key value overrides (later wins; --key=value, --flag, --no_flag,
-lists as JSON or comma-separated), and trains. --print_config prints the resolved arguments and the
+lists as JSON or comma-separated), then Hydra-style key=value / +key=value / ~key tokens (ppokit keys,
+or verl's dotted keys such as algorithm.adv_estimator=grpo, see docs/verl.md), and trains. --print_config prints the resolved arguments and the
 derived batch sizes as JSON and exits. `python -m ppokit.args explain KEY` describes a key."""
 
 
@@ -57,9 +58,7 @@ def parse_cli(argv: list[str]) -> Arguments:
         sys.exit(0)
     _ensure_log_handler()
     try:
-        if not argv or argv[0].startswith("--"):
-            raise ConfigError("no argument file given.\n" + USAGE)
-        args = load_arguments(argv[0], argv=argv[1:])
+        args = _load(argv)
         if "print_config" in keys:
             text = json.dumps(resolved_config(args), indent=2)
     except ConfigError as exc:
@@ -68,6 +67,29 @@ def parse_cli(argv: list[str]) -> Arguments:
     if "print_config" in keys:
         print(text)
         sys.exit(0)
+    return args
+
+
+def _load(argv: list[str]) -> Arguments:
+    """The file (optional when key=value tokens are given), then --key value, then key=value tokens."""
+    from .verl import split_argv, translate_verl
+
+    dashed, tokens = split_argv(argv)
+    path = None
+    if dashed and not dashed[0].startswith("--"):
+        path, dashed = dashed[0], dashed[1:]
+    elif not tokens:
+        raise ConfigError("no argument file given.\n" + USAGE)
+    if not tokens:
+        return load_arguments(path, argv=dashed)
+    translation = translate_verl(tokens, world=env_world_size())
+    if translation.drop and path is None:
+        raise ConfigError(f"command line: ~{translation.drop[0]} removes a key from the argument file, but no file is given.")
+    args = load_arguments(path, argv=dashed, overrides={**translation.values, **translation.plain},
+                          drop=tuple(translation.drop))
+    args.notes.extend(translation.notes)
+    for note in translation.notes:
+        logging.getLogger("ppokit").info(note)
     return args
 
 

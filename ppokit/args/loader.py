@@ -69,16 +69,17 @@ def env_world_size() -> int:
 
 
 def load_arguments(path: str | os.PathLike | None = None, overrides: dict | None = None,
-                   argv: list[str] | None = None) -> Arguments:
+                   argv: list[str] | None = None, drop: tuple[str, ...] = ()) -> Arguments:
     """Load arguments from ``path`` (JSON/YAML), then ``argv`` (command-line strings such as
     ``["--max_steps", "5"]``; a leading non-option is taken as the file when ``path`` is None), then
-    ``overrides`` (Python values); later sources win. Raises ConfigError on any user mistake."""
+    ``overrides`` (Python values); later sources win. ``drop`` lists file keys to leave out (``~key``).
+    Raises ConfigError on any user mistake."""
     argv = list(argv or [])
     if path is None and argv and not argv[0].startswith("--"):
         path, argv = argv[0], argv[1:]
     sources: list[tuple[str, dict[str, Any], str]] = []
     if path is not None:
-        sources.append((str(path), read_config_file(path), ""))
+        sources.append((str(path), _without(read_config_file(path), drop, path), ""))
     if argv:
         cli_values, errors = argv_to_dict(argv)
         if errors:
@@ -98,6 +99,13 @@ def load_arguments(path: str | os.PathLike | None = None, overrides: dict | None
     args.notes.extend(notes)
     _log_notes(notes)
     return args
+
+
+def _without(values: dict[str, Any], drop: tuple[str, ...], path) -> dict[str, Any]:
+    missing = [key for key in drop if key not in values]
+    if missing:
+        raise ConfigError(f"{path}: cannot remove {', '.join(missing)} (~key): the file has no such key.")
+    return {k: v for k, v in values.items() if k not in drop}
 
 
 def _merge(sources: list[tuple[str, dict[str, Any], str]]) -> tuple[dict, dict, list[str]]:

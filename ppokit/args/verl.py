@@ -118,14 +118,15 @@ def planned_world_size(cfg: dict[str, Any]) -> int:
     return max(int(nodes or 1) * int(gpus or 1), 1) if (nodes is not None or gpus is not None) else 1
 
 
-def translate_verl(tokens: list[str], base: dict[str, Any] | None = None) -> VerlTranslation:
+def translate_verl(tokens: list[str], base: dict[str, Any] | None = None, world: int | None = None) -> VerlTranslation:
     """Translate override tokens. ``base`` is a flat verl config to start from (main_ppo mode: verl's
-    defaults, or a YAML file over them); None means run_ppo.py mode (only the given keys)."""
+    defaults, or a YAML file over them); None means run_ppo.py mode (only the given keys). ``world``: the
+    data-parallel size global micro-batches are divided by (None: `planned_world_size`)."""
     notes: list[str] = []
     verl, plain, drop = parse_tokens(tokens)
     cfg, given = apply_overrides(base or {}, verl, notes)
     cfg = resolve_interpolations(cfg)
-    world = planned_world_size(cfg)
+    world = planned_world_size(cfg) if world is None else world
     ctx = Ctx(cfg, world)
     values: dict[str, Any] = {}
     mapping: dict[str, dict[str, Any]] = {}
@@ -144,6 +145,9 @@ def translate_verl(tokens: list[str], base: dict[str, Any] | None = None) -> Ver
         if key in given:
             mapping[key] = _mapping_line(key, cfg[key], updates, entry)
     notes += _no_effect_notes(mapping)
+    if base is None and any(key in LAUNCH_KEYS for key in given):
+        notes.append("trainer.n_gpus_per_node/nnodes start no processes under run_ppo.py; use "
+                     "`python -m ppokit.main_ppo ...` or `python -m ppokit.launch --nproc_per_node N run_ppo.py ...`.")
     return VerlTranslation(values, plain, drop, mapping, notes, world, cfg)
 
 

@@ -48,7 +48,8 @@ class VerlKey:
     def invert(self, args: Any) -> Any:
         if self.inverse is not None:
             return self.inverse(args)
-        return getattr(args, self.target) if self.target and self.convert is None else SKIP
+        value = getattr(args, self.target) if self.target and self.convert is None else None
+        return SKIP if value is None else value
 
 
 # ------------------------------------------------------------------------------------- converters
@@ -80,18 +81,21 @@ def _per_gpu(target, global_key, per_gpu_key):
     return convert
 
 
-def _kl_loss(value, ctx):
-    use, coef = ctx.get("actor_rollout_ref.actor.use_kl_loss"), ctx.get("actor_rollout_ref.actor.kl_loss_coef")
-    if use is False:
-        return {"kl_loss_coeff": 0.0}
-    return {} if coef is None else {"kl_loss_coeff": coef}
+def _switched(target, use_key, coef_key, default_coef):
+    """A coefficient behind an on/off switch: off -> 0; on -> the coefficient (verl's default when not
+    given); switch not given (run_ppo.py mode) -> the coefficient if given, else leave the file's value."""
+    def convert(value, ctx):
+        use, coef = ctx.get(use_key), ctx.get(coef_key)
+        if use is False:
+            return {target: 0.0}
+        if use is True:
+            return {target: default_coef if coef is None else coef}
+        return {} if coef is None else {target: coef}
+    return convert
 
 
-def _kl_reward(value, ctx):
-    use, coef = ctx.get("algorithm.use_kl_in_reward"), ctx.get("algorithm.kl_ctrl.kl_coef")
-    if use is False:
-        return {"kl_coeff": 0.0}
-    return {} if coef is None else {"kl_coeff": coef}
+_kl_loss = _switched("kl_loss_coeff", "actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.kl_loss_coef", 0.001)
+_kl_reward = _switched("kl_coeff", "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef", 0.001)
 
 
 ESTIMATORS = {"gae": "ppo", "grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce_plus_plus",
@@ -168,6 +172,9 @@ def _resume(value, ctx):
 
 def _offload(target, word):
     return lambda value, ctx: {target: word} if value else {}
+
+
+VERL_NAME_OF = {short: name for name, short in VERL_KL_NAMES.items()}
 
 
 def _kl_name(target):
@@ -290,7 +297,8 @@ TABLE: dict[str, VerlKey] = {
                                _if("kl_loss_coeff", lambda v: v > 0)),
     A + "actor.kl_loss_coef": K(0.001, "kl_loss_coeff", "applies when use_kl_loss is true", _kl_loss,
                                 _if("kl_loss_coeff", lambda v: v if v > 0 else SKIP)),
-    A + "actor.kl_loss_type": K("low_var_kl", "kl_loss_type", "verl's kl/mse/low_var_kl are k1/k2/k3", _kl_name("kl_loss_type")),
+    A + "actor.kl_loss_type": K("low_var_kl", "kl_loss_type", "verl's kl/mse/low_var_kl are k1/k2/k3",
+                                 _kl_name("kl_loss_type"), _if("kl_loss_type", lambda v: VERL_NAME_OF.get(v, v))),
     A + "actor.use_torch_compile": K(True, None, _KERNEL),
     A + "actor.ppo_epochs": K(1, "update_iters", "passes over each rollout batch, as in verl"),
     A + "actor.shuffle": K(False, None, "mini-batches follow the rollout order"),
@@ -470,7 +478,8 @@ TABLE.update({
     "algorithm.use_kl_in_reward": K(False, "kl_coeff", "false sets kl_coeff=0; ppokit puts KL in the reward only "
                                     "for ppo and reinforce_plus_plus(_baseline)", _kl_reward,
                                     _if("kl_coeff", lambda v: v > 0)),
-    "algorithm.kl_penalty": K("kl", "kl_penalty", "verl's kl/mse/low_var_kl are k1/k2/k3", _kl_name("kl_penalty")),
+    "algorithm.kl_penalty": K("kl", "kl_penalty", "verl's kl/mse/low_var_kl are k1/k2/k3", _kl_name("kl_penalty"),
+                              _if("kl_penalty", lambda v: VERL_NAME_OF.get(v, v))),
     "algorithm.kl_ctrl.type": K("fixed", "kl_ctrl_type"),
     "algorithm.kl_ctrl.kl_coef": K(0.001, "kl_coeff", "applies when use_kl_in_reward is true", _kl_reward,
                                    _if("kl_coeff", lambda v: v if v > 0 else SKIP)),
@@ -491,17 +500,19 @@ TABLE.update({
     "trainer.nnodes": K(1, None, "with n_gpus_per_node, the launch plan (processes = nnodes x n_gpus_per_node)",
                         _launch),
     "trainer.n_gpus_per_node": K(8, None, "the launch plan: ppokit.main_ppo starts this many processes", _launch),
-    "trainer.save_freq": K(-1, "save_steps", "-1 -> save_strategy no", _freq("save_strategy", "save_steps")),
+    "trainer.save_freq": K(-1, "save_steps", "-1 -> save_strategy no", _freq("save_strategy", "save_steps"),
+                           lambda a: a.save_steps if a.save_strategy == "steps" else -1),
     "trainer.resume_mode": K("auto", "resume_from_checkpoint", "auto resumes when default_local_dir has a "
                              "checkpoint", _resume),
     "trainer.resume_from_path": K(None, None, "used by resume_mode=resume_path"),
     "trainer.val_before_train": K(True, None, "ppokit evaluates every test_freq steps, not before training"),
-    "trainer.test_freq": K(-1, "eval_steps", "-1 -> evaluation_strategy no", _freq("evaluation_strategy", "eval_steps")),
+    "trainer.test_freq": K(-1, "eval_steps", "-1 -> evaluation_strategy no", _freq("evaluation_strategy", "eval_steps"),
+                           lambda a: a.eval_steps if a.evaluation_strategy == "steps" and a.eval_steps else -1),
     "trainer.critic_warmup": K(0, "critic_warmup_steps"),
     "trainer.default_hdfs_dir": K(None, None, "checkpoints are written to default_local_dir only"),
     "trainer.del_local_ckpt_after_load": K(False, None, "checkpoints are kept"),
     "trainer.default_local_dir": K("checkpoints/verl_examples/gsm8k", "output_dir", "",
-                                   _to("output_dir", lambda v, c: os.path.expanduser(str(v)))),
+                                   _to("output_dir", lambda v, c: os.path.expanduser(str(v))), lambda a: a.output_dir),
     "trainer.max_actor_ckpt_to_keep": K(None, "save_total_limit", "one limit for all checkpoints",
                                         _unless_null("save_total_limit"), _if("save_total_limit", _none_skip)),
     "trainer.max_critic_ckpt_to_keep": K(None, None, "follows max_actor_ckpt_to_keep"),

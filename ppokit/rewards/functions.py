@@ -321,7 +321,9 @@ def load_reward_function(spec: str, base_dir: str | Path | None = None) -> Named
                            if callable(v) and not k.startswith("_") and getattr(v, "__module__", None) == module_name)
         what = "is not callable" if fn is not None else "is not defined"
         raise RewardError(f"{fn_name!r} {what} in {str(found)!r}; functions defined there: {available or 'none'}")
-    return NamedReward(name=fn_name, fn=fn)
+    from ppokit.rewards.verl_score import adapt
+
+    return NamedReward(name=fn_name, fn=adapt(fn, fn_name))  # verl's compute_score(...) runs per item
 
 
 def parse_reward_functions(specs: str | Sequence[str] | None, base_dir: str | Path | None = None) -> list[NamedReward]:

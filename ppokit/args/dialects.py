@@ -1,0 +1,120 @@
+"""``python -m ppokit.args translate FILE_OR_LINE --to verl|paddle``: one run written in the other dialect.
+
+* to verl: a PaddleNLP/ppokit argument file becomes a ``python -m ppokit.main_ppo`` line: each verl key of
+  the table whose value differs from verl's default, then ppokit keys with no verl name (``key=value``),
+  checked by translating the line back until it gives the same arguments.
+* to paddle: a verl line (``python3 -m verl.trainer.main_ppo ...`` or ``ppokit.main_ppo``, optionally
+  with ``--config-path/--config-name``) or a nested verl YAML becomes a flat PaddleNLP-style JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from typing import Any
+
+from .arguments import Arguments
+from .errors import ConfigError
+from .hydra import looks_like_override, resolve_interpolations
+from .loader import env_world_size, load_arguments, read_config_file
+from .verl import VERL_ROOTS, read_verl_yaml, translate_verl, verl_defaults
+from .verl_table import SKIP, TABLE
+
+ENTRY = "python -m ppokit.main_ppo"
+
+
+def hydra_literal(value: Any) -> str:
+    """``value`` written so that Hydra (and ppokit.args.hydra) reads it back unchanged."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_literal(v) for v in value) + "]"
+    text = str(value)
+    from .hydra import parse_value
+
+    if parse_value(text) != text or any(c in text for c in " ,[]{}'\"=:"):
+        return '"' + text.replace('"', '\\"') + '"'
+    return text
+
+
+def _parse_back(tokens: list[str], world: int) -> Arguments:
+    translation = translate_verl(tokens, verl_defaults(), world=world)
+    values = {k: v for k, v in {**translation.values, **translation.plain}.items() if k not in translation.drop}
+    return load_arguments(overrides=values)
+
+
+def to_verl_tokens(path: str) -> list[str]:
+    """Override tokens equivalent to the argument file ``path`` (on the launcher's world size)."""
+    args = load_arguments(path)
+    world = env_world_size()
+    defaults = resolve_interpolations(verl_defaults())
+    tokens = [f"trainer.nnodes=1", f"trainer.n_gpus_per_node={world}"]
+    for key, entry in TABLE.items():
+        value = entry.invert(args)
+        if value is not SKIP and value != defaults.get(key):
+            tokens.append(f"{key}={hydra_literal(value)}")
+    for _ in range(4):  # ppokit keys verl has no name for, until the line means the same
+        back = _parse_back(tokens, world).to_dict()
+        wanted = args.to_dict()
+        diff = [k for k in wanted if back.get(k) != wanted[k]]
+        if not diff:
+            return tokens
+        tokens += [f"{k}={hydra_literal(wanted[k])}" for k in diff]
+    raise ConfigError(f"{path}: could not express {', '.join(diff)} as a verl line.")
+
+
+def to_paddle_values(tokens: list[str], config_path: str | None = None, config_name: str | None = None) -> dict:
+    """A flat PaddleNLP-style config equivalent to a verl line (verl's defaults or YAML, then tokens)."""
+    base = read_verl_yaml(config_path or ".", config_name or "ppo_trainer") if (config_path or config_name) \
+        else verl_defaults()
+    translation = translate_verl(tokens, base)
+    values = {k: v for k, v in {**translation.values, **translation.plain}.items() if k not in translation.drop}
+    with_world = {}
+    if translation.world_size > 1:
+        with_world["comment"] = (f"run with: python -m ppokit.launch --nproc_per_node {translation.world_size} "
+                                 "run_ppo.py THIS_FILE (batch sizes assume that many ranks)")
+    return {**with_world, **values}
+
+
+def _split_line(line: str) -> tuple[list[str], str | None, str | None]:
+    """Override tokens and --config-path/--config-name of a shell line (program name and python dropped)."""
+    words = shlex.split(line.replace("\\\n", " "))
+    tokens, path, name = [], None, None
+    it = iter(words)
+    for word in it:
+        flag, eq, value = word.partition("=")
+        if flag in ("--config-path", "-cp", "--config-name", "-cn"):
+            value = value if eq else next(it, "")
+            path, name = (value, name) if flag in ("--config-path", "-cp") else (path, value)
+        elif looks_like_override(word):
+            tokens.append(word)
+    return tokens, path, name
+
+
+def translate(source: str, to: str) -> str:
+    """The text `python -m ppokit.args translate SOURCE --to TO` prints."""
+    if to not in ("verl", "paddle"):
+        raise ConfigError(f"--to {to!r}: choose verl or paddle.")
+    is_file = os.path.isfile(source)
+    if to == "verl":
+        if not is_file:
+            raise ConfigError(f"{source}: no such argument file; --to verl translates a PaddleNLP/ppokit JSON or YAML.")
+        tokens = to_verl_tokens(source)
+        return " \\\n  ".join([ENTRY, *(shlex.quote(t) for t in tokens)])
+    if is_file:
+        tree = read_config_file(source)
+        if not set(tree) & set(VERL_ROOTS):
+            raise ConfigError(f"{source}: not a nested verl config (no data/actor_rollout_ref/trainer... sections).")
+        folder, name = os.path.split(os.path.abspath(source))
+        values = to_paddle_values([], folder, name)
+    else:
+        tokens, path, name = _split_line(source)
+        if not tokens and path is None:
+            raise ConfigError(f"{source!r}: neither a file nor a line of key=value overrides.")
+        values = to_paddle_values(tokens, path, name)
+    return json.dumps(values, indent=2)
