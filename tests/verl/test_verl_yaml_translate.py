@@ -1,0 +1,101 @@
+"""Nested verl YAML == the same overrides; translate round-trips PaddleNLP JSON <-> verl lines."""
+
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from ppokit.args import ConfigError, load_arguments
+from ppokit.args.dialects import to_paddle_values, to_verl_tokens, translate
+from ppokit.main_ppo import parse_main_ppo
+
+NESTED = {
+    "data": {"train_files": "d/train.parquet", "val_files": ["d/test.parquet"], "train_batch_size": 16,
+             "max_prompt_length": 256, "max_response_length": 128},
+    "actor_rollout_ref": {
+        "model": {"path": "tiny-model", "override_config": {"attn_implementation": "eager"}},
+        "actor": {"ppo_mini_batch_size": 8, "ppo_micro_batch_size_per_gpu": 4, "use_kl_loss": True,
+                  "kl_loss_coef": "1e-3", "optim": {"lr": "1e-6"}, "loss_agg_mode": "seq-mean-token-sum-norm"},
+        "rollout": {"n": 4, "name": "hf", "temperature": 0.7},
+    },
+    "algorithm": {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False},
+    "trainer": {"n_gpus_per_node": 1, "total_training_steps": 5, "logger": ["console"]},
+    "hydra": {"run": {"dir": "."}},
+}
+EQUIVALENT = ["data.train_files=d/train.parquet", "data.val_files=[d/test.parquet]", "data.train_batch_size=16",
+              "data.max_prompt_length=256", "data.max_response_length=128", "actor_rollout_ref.model.path=tiny-model",
+              "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+              "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.001",
+              "actor_rollout_ref.actor.optim.lr=1e-6", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
+              "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.rollout.name=hf",
+              "actor_rollout_ref.rollout.temperature=0.7", "algorithm.adv_estimator=grpo",
+              "algorithm.norm_adv_by_std_in_grpo=False", "trainer.n_gpus_per_node=1",
+              "trainer.total_training_steps=5", "trainer.logger=[console]"]
+
+
+def test_nested_yaml_equals_its_overrides(tmp_path):
+    (tmp_path / "my_recipe.yaml").write_text(yaml.safe_dump(NESTED))
+    from_yaml, _, _ = parse_main_ppo(["--config-path", str(tmp_path), "--config-name", "my_recipe"])
+    from_line, _, _ = parse_main_ppo(EQUIVALENT)
+    assert from_yaml.to_dict() == from_line.to_dict()
+    assert (from_yaml.rollout_n, from_yaml.learning_rate, from_yaml.kl_loss_coeff) == (4, 1e-6, 1e-3)
+    overridden, _, _ = parse_main_ppo([f"--config-path={tmp_path}", "--config-name=my_recipe", "actor_rollout_ref.rollout.n=2"])
+    assert overridden.rollout_n == 2  # overrides apply after the YAML
+
+
+def test_yaml_unknown_keys_are_all_listed(tmp_path):
+    bad = {"data": {"train_bach_size": 4}, "trainer": {"n_gpu_per_node": 1}}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError) as err:
+        parse_main_ppo(["--config-path", str(tmp_path), "--config-name", "bad.yaml"])
+    text = str(err.value)
+    assert "did you mean data.train_batch_size?" in text and "did you mean trainer.n_gpus_per_node?" in text
+
+
+PADDLE = {"actor_model_name_or_path": "tiny-model", "train_datasets": "d/train.jsonl", "rl_algorithm": "grpo",
+          "use_rule_reward": True, "global_batch_size": 8, "rollout_n": 4, "global_mini_batch_size": 4,
+          "per_device_train_batch_size": 8, "max_prompt_len": 128, "max_dec_len": 64, "max_length": 512,
+          "learning_rate": 2e-5, "kl_loss_coeff": 0.01, "max_steps": 10, "output_dir": "out/x", "bf16": True,
+          "clip_range_ratio_high": 0.28, "report_to": "visualdl", "logging_steps": 1, "temperature": 0.9}
+
+
+def test_translate_round_trips_paddle_json_through_verl_lines(tmp_path):
+    src = tmp_path / "grpo.json"
+    src.write_text(json.dumps(PADDLE))
+    original = load_arguments(src)
+    line = translate(str(src), "verl")
+    assert line.startswith("python -m ppokit.main_ppo")
+    tokens = shlex.split(line.replace("\\\n", " "))[3:]
+    assert "actor_rollout_ref.actor.clip_ratio_high=0.28" in tokens and "actor_rollout_ref.rollout.n=4" in tokens
+    from_line, _, _ = parse_main_ppo(tokens)
+    assert from_line.to_dict() == original.to_dict()
+    back = tmp_path / "back.json"
+    back.write_text(translate(line, "paddle"))
+    assert load_arguments(back).to_dict() == original.to_dict()
+
+
+def test_translate_verl_line_to_paddle_and_the_cli(tmp_path):
+    line = ("python3 -m verl.trainer.main_ppo actor_rollout.ref.rollout.n=8 algorithm.adv_estimator=grpo "
+            "actor_rollout_ref.actor.use_kl_loss=True trainer.n_gpus_per_node=2 data.train_batch_size=16 "
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size=8")
+    values = to_paddle_values(shlex.split(line)[3:])
+    assert (values["rl_algorithm"], values["rollout_n"], values["kl_loss_coeff"]) == ("grpo", 8, 0.001)
+    assert values["per_device_train_batch_size"] == 4 and "--nproc_per_node 2" in values["comment"]
+    done = subprocess.run([sys.executable, "-m", "ppokit.args", "translate", line, "--to", "paddle"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == values
+    bad = subprocess.run([sys.executable, "-m", "ppokit.args", "translate", line, "--to", "trl"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "choose verl or paddle" in bad.stderr
+
+
+def test_to_verl_tokens_name_ppokit_only_keys_plainly(tmp_path):
+    src = tmp_path / "p.json"
+    src.write_text(json.dumps(PADDLE))
+    tokens = to_verl_tokens(str(src))
+    assert "use_rule_reward=true" in tokens and "bf16=true" in tokens  # no verl name: given as ppokit keys
+    assert not any(t.startswith("actor_rollout_ref.actor.optim.lr=") and t.endswith("e-06") for t in tokens)
