@@ -12,7 +12,8 @@ USAGE = """usage: python -m ppokit.args explain KEY      describe a key (type, d
        python -m ppokit.args list             list every key with its description
        python -m ppokit.args print CONFIG [--key value ...]   print the resolved arguments
        python -m ppokit.args translate FILE_OR_LINE --to verl|paddle
-                                              a PaddleNLP JSON as a verl line, or a verl line/YAML as JSON"""
+                                              a PaddleNLP JSON as a verl line, or a verl line/YAML as JSON
+       python -m ppokit.args verl-table       the verl key table as Markdown (docs/verl.md)"""
 
 
 def main(argv: list[str]) -> int:
@@ -40,6 +41,11 @@ def main(argv: list[str]) -> int:
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        return 0
+    if command == "verl-table" and not rest:
+        from .verl import markdown_table
+
+        print(markdown_table(), end="")
         return 0
     if command == "print" and rest:
         parse_cli([*rest, "--print_config"])

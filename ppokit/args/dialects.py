@@ -53,7 +53,7 @@ def to_verl_tokens(path: str) -> list[str]:
     args = load_arguments(path)
     world = env_world_size()
     defaults = resolve_interpolations(verl_defaults())
-    tokens = [f"trainer.nnodes=1", f"trainer.n_gpus_per_node={world}"]
+    tokens = ["trainer.nnodes=1", f"trainer.n_gpus_per_node={world}"]
     for key, entry in TABLE.items():
         value = entry.invert(args)
         if value is not SKIP and value != defaults.get(key):

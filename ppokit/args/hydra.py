@@ -138,7 +138,7 @@ def resolve_interpolations(values: dict[str, Any]) -> dict[str, Any]:
             seen.append(target)
             out[key] = values[target]
         if isinstance(out[key], str) and "${" in out[key]:
-            out[key] = _EMBEDDED.sub(lambda m: _embedded(key, m.group(1), out), out[key])
+            out[key] = _EMBEDDED.sub(lambda m, key=key: _embedded(key, m.group(1), out), out[key])
     return out
 
 

@@ -201,3 +201,20 @@ def read_verl_yaml(config_path: str, config_name: str) -> dict[str, Any]:
     for note in notes:
         logger.info(note)
     return cfg
+
+
+def markdown_table() -> str:
+    """The table as Markdown, one section per verl group (docs/verl.md embeds this output)."""
+    import json
+
+    lines: list[str] = []
+    section = None
+    for key, entry in TABLE.items():
+        parts = key.split(".")
+        group = ".".join(parts[:2]) if parts[0] == "actor_rollout_ref" else parts[0]
+        if group != section:
+            section = group
+            lines += ["", f"### `{group}`", "", "| verl key | verl default | ppokit key | note |", "|---|---|---|---|"]
+        target = f"`{entry.target}`" if entry.target else "no effect"
+        lines.append(f"| `{key}` | `{json.dumps(entry.default)}` | {target} | {entry.note} |")
+    return "\n".join(lines).strip() + "\n"

@@ -256,7 +256,7 @@ TABLE: dict[str, VerlKey] = {
     "data.custom_cls.name": K(None, None, "ppokit reads rows itself (see docs/data.md)"),
     # ---- actor / rollout / reference: model
     A + "hybrid_engine": K(True, None, "the actor always generates its own rollouts here"),
-    A + "model.path": K("~/models/deepseek-llm-7b-chat", "actor_model_name_or_path", "", 
+    A + "model.path": K("~/models/deepseek-llm-7b-chat", "actor_model_name_or_path", "",
                         _to("actor_model_name_or_path", lambda v, c: os.path.expanduser(str(v))),
                         _if("actor_model_name_or_path", _none_skip)),
     A + "model.external_lib": K(None, None, "import custom model code yourself (reward_functions files may)"),

@@ -1,7 +1,14 @@
 import pytest
 
 from ppokit.args import ConfigError
-from ppokit.args.hydra import MISSING, flatten, looks_like_override, parse_override, parse_value, resolve_interpolations
+from ppokit.args.hydra import (
+    MISSING,
+    flatten,
+    looks_like_override,
+    parse_override,
+    parse_value,
+    resolve_interpolations,
+)
 
 
 @pytest.mark.parametrize("text, value", [

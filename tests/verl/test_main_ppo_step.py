@@ -3,9 +3,9 @@
 import json
 
 import pytest
+from verl_helpers import DRGRPO_PAIR, grpo_line, gsm8k_files, ppo_line
 
 from ppokit.main_ppo import main
-from verl_helpers import DRGRPO_PAIR, gsm8k_files, grpo_line, ppo_line
 
 SMALL = ["trainer.n_gpus_per_node=1", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
          "data.max_prompt_length=384", "data.max_response_length=8", "actor_rollout_ref.rollout.name=hf",

@@ -106,9 +106,9 @@ def test_verl_style_custom_reward_functions_run_per_item(tmp_path):
     path = tmp_path / "my_reward.py"
     path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                     "    return {'score': float(ground_truth in solution_str), 'src': data_source}\n")
-    from ppokit.args import load_arguments
     from verl_helpers import grpo_line
 
+    from ppokit.args import load_arguments
     from ppokit.main_ppo import parse_main_ppo
 
     args, _, _ = parse_main_ppo([*grpo_line("m", "d"), f"custom_reward_function.path={path}"])
