@@ -130,7 +130,9 @@ def test_verl_rows():
     gsm, _ = row_to_record(
         {**row, "data_source": "openai/gsm8k", "reward_model": {"ground_truth": "72"}}, "v#1"
     )
-    assert gsm["task"] is None and gsm["label"] == "72"
+    assert gsm["task"] == "gsm8k" and gsm["label"] == "72"  # verl's data_source -> its default scorer
+    other, _ = row_to_record({**row, "data_source": "my/own_set", "reward_model": {"ground_truth": "72"}}, "v#2")
+    assert other["task"] is None and other["label"] == "72"
 
 
 def test_plain_prompt_is_verbatim_and_takes_a_label_field():
