@@ -94,8 +94,16 @@ def _load(argv: list[str]) -> Arguments:
 
 
 def explain(key: str) -> str:
-    """A key's description, type, default, old names and ppokit note; ConfigError for unknown keys."""
+    """A key's description, type, default, old names and ppokit note; ConfigError for unknown keys.
+    A dotted verl key says which ppokit key it sets (then that key is explained)."""
     lines = []
+    if "." in key:
+        from .verl import describe_verl_key
+
+        line, key = describe_verl_key(key)
+        if key is None:
+            return line
+        lines.append(line)
     if key in RENAMES:
         new, origin = RENAMES[key]
         lines.append(f"{key}: the {origin} of {new}; read as {new}.")

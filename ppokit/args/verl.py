@@ -203,6 +203,19 @@ def read_verl_yaml(config_path: str, config_name: str) -> dict[str, Any]:
     return cfg
 
 
+def describe_verl_key(key: str) -> tuple[str, str | None]:
+    """('verl key: default, what it sets, note', the ppokit key it sets or None); ConfigError with a hint."""
+    import json
+
+    notes: list[str] = []
+    entry = TABLE.get(canonical_key(key, notes))
+    if entry is None:
+        return f"{key}: accepted, no effect in ppokit (a free-form verl/Hydra option).", None
+    what = f"sets {entry.target}" if entry.target else "no effect in ppokit"
+    note = f" ({entry.note})" if entry.note else ""
+    return f"{key}: verl key, verl default {json.dumps(entry.default)}; {what}{note}.", entry.target
+
+
 def markdown_table() -> str:
     """The table as Markdown, one section per verl group (docs/verl.md embeds this output)."""
     import json

@@ -189,3 +189,15 @@ def test_print_config_is_run_ppo_json_plus_the_verl_block(tmp_path, capsys):
     same = json.loads(capsys.readouterr().out)
     assert {k: v for k, v in same.items() if k != "notes"} == {k: v for k, v in out.items() if k != "notes"}
     assert load_arguments(flat).to_dict() == args.to_dict()
+
+
+def test_explain_a_verl_key():
+    from ppokit.args.cli import explain
+
+    text = explain("actor_rollout_ref.actor.ppo_mini_batch_size")
+    assert text.startswith("actor_rollout_ref.actor.ppo_mini_batch_size: verl key, verl default 256; sets "
+                           "global_mini_batch_size")
+    assert "\nglobal_mini_batch_size: " in text  # then the ppokit key itself
+    assert "no effect in ppokit (ppokit has no Ray" in explain("ray_init.num_cpus")
+    with pytest.raises(ConfigError, match="did you mean data.train_batch_size"):
+        explain("data.train_bach_size")
