@@ -17,6 +17,7 @@ from typing import Any
 
 from ppokit.rewards.errors import RewardError
 from ppokit.rewards.functions import NamedReward, make_rule_reward, parse_reward_functions
+from ppokit.rewards.verl_score import unknown_source_hint
 
 
 def _attr(args: Any, name: str, default: Any = None) -> Any:
@@ -103,6 +104,6 @@ def build_reward_functions(args: Any, records: Sequence[dict] | None = None, bas
         raise RewardError(
             "no reward is configured; set use_rule_reward (with a `task` in the data or the `task` "
             "argument), reward_functions: 'file.py:fn', use_rm_server with reward_server, "
-            "or reward_model_name_or_path"
+            "or reward_model_name_or_path" + unknown_source_hint(records)
         )
     return _weighted(_unique(fns), _attr(args, "reward_weights"))

@@ -49,3 +49,16 @@ def per_item(fn: Callable, name: str) -> Callable:
 def adapt(fn: Callable, name: str) -> Callable:
     """``fn`` itself, or its per-item wrapper when it has verl's signature."""
     return per_item(fn, name) if is_verl_compute_score(fn) else fn
+
+
+def unknown_source_hint(records) -> str:
+    """' The data's data_source ... has no built-in scorer ...' when records name sources without one, else ''."""
+    from ppokit.tasks import VERL_DATA_SOURCES
+
+    sources = sorted({str((r.get("fields") or {}).get("data_source")) for r in records or []
+                      if (r.get("fields") or {}).get("data_source") is not None and not r.get("task")})
+    if not sources:
+        return ""
+    return (f". The data's data_source {', '.join(repr(s) for s in sources[:3])} has no built-in scorer "
+            f"(built in: {', '.join(VERL_DATA_SOURCES)}); give a verl-style compute_score with "
+            "custom_reward_function.path=file.py (main_ppo) or reward_functions: 'file.py:compute_score'")
