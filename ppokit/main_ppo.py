@@ -44,8 +44,10 @@ def _options(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
             found[_OPTIONS[name]] = value if eq else next(rest, None)
             if found[_OPTIONS[name]] is None:
                 raise ConfigError(f"command line: {name} needs a value.")
-        elif token in ("--print_config", "--cfg", "--help", "-h"):
+        elif token in ("--print_config", "--help", "-h"):
             found[token.lstrip("-")] = True
+        elif token in ("--cfg", "-c"):  # Hydra's `--cfg job` prints the config
+            found["print_config"] = next(rest, "job") or True
         else:
             raise ConfigError(f"command line: unexpected '{token}'; verl options are written key=value "
                               "(e.g. data.train_batch_size=128), ppokit keys too (max_steps=5).")
@@ -98,7 +100,7 @@ def _launch_command(gpus: int, argv: list[str]) -> tuple[list[str], dict[str, st
     from ppokit.launch import LaunchSpec, build_command
 
     # torchrun's -m runs this module in every process, as `python -m` does here
-    passed = tuple(a for a in argv if a not in ("--print_config", "--cfg"))
+    passed = tuple(a for a in argv if a != "--print_config")
     spec = LaunchSpec(script="-m", script_args=("ppokit.main_ppo", *passed), nproc_per_node=gpus)
     return build_command(spec, os.environ)
 
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         args, translation, options = parse_main_ppo(argv)
-        if options.get("print_config") or options.get("cfg"):
+        if options.get("print_config"):
             _print_config(args, translation, argv)
             return 0
         plan = launch_plan(translation, argv)

@@ -46,12 +46,24 @@ def verl_defaults() -> dict[str, Any]:
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(``--key value`` tokens, ``key=value``/``+key``/``~key`` tokens); a value right after ``--key`` that
-    looks like an override still counts as an override."""
+    """(``--key value`` tokens, ``key=value``/``+key``/``~key`` tokens); a token right after ``--key`` of a
+    non-boolean argument is that option's value (``--eos_token a=b``), whatever it looks like."""
     dashed, hydra = [], []
-    for token in argv:
-        (hydra if looks_like_override(token) else dashed).append(token)
+    for i, token in enumerate(argv):
+        is_value = i > 0 and _takes_value(argv[i - 1])
+        (hydra if looks_like_override(token) and not is_value else dashed).append(token)
     return dashed, hydra
+
+
+def _takes_value(token: str) -> bool:
+    """True for '--key' (no '=') naming a non-boolean argument: the next token is its value."""
+    from .arguments import Arguments
+    from .fieldinfo import non_none
+
+    if not token.startswith("--") or "=" in token:
+        return False
+    field = Arguments.model_fields.get(token[2:])
+    return field is not None and bool not in non_none(field.annotation)
 
 
 def is_verl_key(key: str) -> bool:

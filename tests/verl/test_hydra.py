@@ -49,3 +49,11 @@ def test_flatten_and_interpolation():
     assert resolve_interpolations(flat) == {"a.b": 1, "a.c.d": 1, "e": {}, "f": "run-1"}
     with pytest.raises(ConfigError, match="interpolation cycle"):
         resolve_interpolations({"x": "${y}", "y": "${x}"})
+
+
+def test_split_argv_keeps_option_values():
+    from ppokit.args.verl import split_argv
+
+    dashed, tokens = split_argv(["c.json", "--eos_token", "a=b", "--bf16", "x.y=1", "--max_steps=3", "seed=2"])
+    assert dashed == ["c.json", "--eos_token", "a=b", "--bf16", "--max_steps=3"]
+    assert tokens == ["x.y=1", "seed=2"]
