@@ -98,7 +98,7 @@ def apply_overrides(cfg: dict[str, Any], overrides: list[Override], notes: list[
                 raise ConfigError(f"command line: '{o.token}': there is no '{key}' to remove.")
             if o.value is not MISSING and out[key] != o.value:
                 raise ConfigError(f"command line: '{o.token}': '{key}' is {out[key]!r}, not {o.value!r}.")
-            out[key] = TABLE[key].default if key in TABLE else None
+            out[key] = verl_defaults().get(key)
         elif o.op == "add" and key in out:
             raise ConfigError(f"command line: '{o.token}': '{key}' already exists; write {o.token[1:]} to change it.")
         else:
@@ -156,11 +156,22 @@ def translate_verl(tokens: list[str], base: dict[str, Any] | None = None, world:
         values.update(updates)
         if key in given:
             mapping[key] = _mapping_line(key, cfg[key], updates, entry)
-    notes += _no_effect_notes(mapping)
+    notes += _no_effect_notes(mapping) + _semantic_notes(cfg, given)
     if base is None and any(key in LAUNCH_KEYS for key in given):
         notes.append("trainer.n_gpus_per_node/nnodes start no processes under run_ppo.py; use "
                      "`python -m ppokit.main_ppo ...` or `python -m ppokit.launch --nproc_per_node N run_ppo.py ...`.")
     return VerlTranslation(values, plain, drop, mapping, notes, world, cfg)
+
+
+def _semantic_notes(cfg: dict[str, Any], given: list[str]) -> list[str]:
+    """Notes where a verl setting means something ppokit does differently."""
+    estimator = cfg.get("algorithm.adv_estimator")
+    in_reward = ("gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+    if cfg.get("algorithm.use_kl_in_reward") and estimator is not None and estimator not in in_reward:
+        return [f"algorithm.use_kl_in_reward=True is ignored for adv_estimator={estimator}: ppokit puts KL into "
+                "the reward only for gae (ppo) and reinforce_plus_plus(_baseline); use actor_rollout_ref.actor."
+                "use_kl_loss for a KL term."]
+    return []
 
 
 def _mapping_line(key: str, value: Any, updates: dict[str, Any], entry) -> dict[str, Any]:

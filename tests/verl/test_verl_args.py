@@ -201,3 +201,8 @@ def test_explain_a_verl_key():
     assert "no effect in ppokit (ppokit has no Ray" in explain("ray_init.num_cpus")
     with pytest.raises(ConfigError, match="did you mean data.train_batch_size"):
         explain("data.train_bach_size")
+
+
+def test_kl_in_reward_with_grpo_is_noted():
+    _, translation, _ = parse_main_ppo([*grpo_line(MODEL, DATA), "algorithm.use_kl_in_reward=True"])
+    assert any("use_kl_in_reward=True is ignored for adv_estimator=grpo" in n for n in translation.notes)
