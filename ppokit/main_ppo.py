@@ -96,13 +96,16 @@ def launch_plan(translation: VerlTranslation, argv: list[str]) -> dict[str, Any]
     return plan
 
 
-def _launch_command(gpus: int, argv: list[str]) -> tuple[list[str], dict[str, str]]:
-    from ppokit.launch import LaunchSpec, build_command
+def _launch_command(gpus: int, argv: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """(command, environment, launcher notes) starting this module on ``gpus`` processes."""
+    from ppokit.launch import LaunchSpec, build_command, detect_machine, launch_notes
 
     # torchrun's -m runs this module in every process, as `python -m` does here
     passed = tuple(a for a in argv if a != "--print_config")
     spec = LaunchSpec(script="-m", script_args=("ppokit.main_ppo", *passed), nproc_per_node=gpus)
-    return build_command(spec, os.environ)
+    machine = detect_machine()
+    command, env = build_command(spec, os.environ, machine)
+    return command, env, launch_notes(spec, machine)
 
 
 def _print_config(args: Arguments, translation: VerlTranslation, argv: list[str]) -> None:
@@ -140,8 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         if plan["world_size"] > 1 and not plan["launched"]:
             from ppokit.launch import run_command
 
-            command, env = _launch_command(plan["world_size"], argv)
-            print(f"ppokit.main_ppo: starting {plan['world_size']} processes: {shlex.join(command)}", file=sys.stderr)
+            command, env, notes = _launch_command(plan["world_size"], argv)
+            for note in notes:
+                print(f"ppokit.main_ppo: note: {note}", file=sys.stderr)
+            print(f"ppokit.main_ppo: starting {plan['world_size']} processes (trainer.nnodes x trainer.n_gpus_per_node): "
+                  f"{shlex.join(command)}", file=sys.stderr)
             return run_command(command, env)
         from ppokit.session import Session  # entry point, like run_ppo.py
 
