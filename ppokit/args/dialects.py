@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 from typing import Any
 
 from .arguments import Arguments
+from .batch import batch_mode, batch_plan
 from .errors import ConfigError
 from .hydra import looks_like_override, resolve_interpolations
 from .loader import env_world_size, load_arguments, read_config_file
@@ -22,6 +24,9 @@ from .verl import VERL_ROOTS, read_verl_yaml, translate_verl, verl_defaults
 from .verl_table import SKIP, TABLE
 
 ENTRY = "python -m ppokit.main_ppo"
+PER_DEVICE_MODE_KEYS = frozenset({"global_batch_size", "global_mini_batch_size", "global_gen_batch_size",
+                                  "gradient_accumulation_steps", "per_device_rollout_batch_size"})
+"""Fields that differ between a per-device file and its global rewrite while the batch plan is the same."""
 
 
 def hydra_literal(value: Any) -> str:
@@ -48,8 +53,9 @@ def _parse_back(tokens: list[str], world: int) -> Arguments:
     return load_arguments(overrides=values)
 
 
-def to_verl_tokens(path: str) -> list[str]:
-    """Override tokens equivalent to the argument file ``path`` (on the launcher's world size)."""
+def to_verl_tokens(path: str, notes: list[str] | None = None) -> list[str]:
+    """Override tokens equivalent to the argument file ``path`` (on the launcher's world size); remarks
+    for the user are appended to ``notes``."""
     args = load_arguments(path)
     world = env_world_size()
     defaults = resolve_interpolations(verl_defaults())
@@ -58,14 +64,24 @@ def to_verl_tokens(path: str) -> list[str]:
         value = entry.invert(args)
         if value is not SKIP and value != defaults.get(key):
             tokens.append(f"{key}={hydra_literal(value)}")
+    per_device = batch_mode(args) == "per_device"
     for _ in range(4):  # ppokit keys verl has no name for, until the line means the same
-        back = _parse_back(tokens, world).to_dict()
-        wanted = args.to_dict()
-        diff = [k for k in wanted if back.get(k) != wanted[k]]
+        back_args = _parse_back(tokens, world)
+        back, wanted = back_args.to_dict(), args.to_dict()
+        diff = [k for k in wanted if back.get(k) != wanted[k] and not (per_device and k in PER_DEVICE_MODE_KEYS)]
         if not diff:
-            return tokens
+            break
         tokens += [f"{k}={hydra_literal(wanted[k])}" for k in diff]
-    raise ConfigError(f"{path}: could not express {', '.join(diff)} as a verl line.")
+    else:
+        raise ConfigError(f"{path}: could not express {', '.join(diff)} as a verl line.")
+    if per_device:  # verl has only global batch sizes: the same plan, written in global units
+        same = {**batch_plan(back_args, world).to_dict(), "mode": "per_device"} == batch_plan(args, world).to_dict()
+        if not same:
+            raise ConfigError(f"{path}: its per-device batch sizes have no global equivalent on {world} rank(s).")
+        (notes if notes is not None else []).append(f"{path}: per-device batch sizes (PaddleNLP E0-E4) are written as verl's global ones "
+                    "(data.train_batch_size, ppo_mini_batch_size): the same batch plan on "
+                    f"{world} rank(s).")
+    return tokens
 
 
 def to_paddle_values(tokens: list[str], config_path: str | None = None, config_name: str | None = None) -> dict:
@@ -104,7 +120,10 @@ def translate(source: str, to: str) -> str:
     if to == "verl":
         if not is_file:
             raise ConfigError(f"{source}: no such argument file; --to verl translates a PaddleNLP/ppokit JSON or YAML.")
-        tokens = to_verl_tokens(source)
+        notes: list[str] = []
+        tokens = to_verl_tokens(source, notes)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         return " \\\n  ".join([ENTRY, *(shlex.quote(t) for t in tokens)])
     if is_file:
         tree = read_config_file(source)

@@ -52,6 +52,14 @@ _VLLM = "vLLM engine option that ppokit's engine sets itself"
 _SHARED = "ppokit trains the critic with the actor's batch sizes and epochs"
 A = "actor_rollout_ref."
 
+def _plan(args):
+    """The batch plan of ``args`` on the launcher's world size (per-device files are written in global units)."""
+    from .batch import batch_plan
+    from .loader import env_world_size
+
+    return batch_plan(args, env_world_size())
+
+
 K = VerlKey
 TABLE: dict[str, VerlKey] = {
     # ---- data
@@ -66,7 +74,8 @@ TABLE: dict[str, VerlKey] = {
                                 _lengths("max_prompt_len"), _if("max_prompt_len", lambda v: v)),
     "data.max_response_length": K(512, "max_dec_len", "with max_prompt_length also sets max_length (their sum)",
                                   _lengths("max_dec_len"), _if("max_dec_len", lambda v: v)),
-    "data.train_batch_size": K(1024, "global_batch_size", "prompts per rollout step over all GPUs (same unit)"),
+    "data.train_batch_size": K(1024, "global_batch_size", "prompts per rollout step over all GPUs (same unit)",
+                               inverse=lambda a: _plan(a).prompts_per_step),
     "data.val_batch_size": K(None, None, "deprecated in verl; evaluation batches use per_device_eval_batch_size"),
     "data.return_raw_input_ids": K(False, None, "rewards get the response text"),
     "data.return_raw_chat": K(False, None, "records keep their messages"),
@@ -98,7 +107,8 @@ TABLE: dict[str, VerlKey] = {
     # ---- actor: batches and losses
     A + "actor.strategy": K("fsdp", None, _FSDP),
     A + "actor.ppo_mini_batch_size": K(256, "global_mini_batch_size",
-                                       "prompts per optimizer step over all GPUs; x rollout.n sequences, as in verl"),
+                                       "prompts per optimizer step over all GPUs; x rollout.n sequences, as in verl",
+                                       inverse=lambda a: _plan(a).mini_batch_prompts),
     A + "actor.ppo_micro_batch_size": K(None, "per_device_train_batch_size",
                                         "deprecated: sequences over all GPUs, divided by the GPU count",
                                         _per_gpu("per_device_train_batch_size", A + "actor.ppo_micro_batch_size",

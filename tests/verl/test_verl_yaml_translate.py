@@ -99,3 +99,22 @@ def test_to_verl_tokens_name_ppokit_only_keys_plainly(tmp_path):
     tokens = to_verl_tokens(str(src))
     assert "use_rule_reward=true" in tokens and "bf16=true" in tokens  # no verl name: given as ppokit keys
     assert not any(t.startswith("actor_rollout_ref.actor.optim.lr=") and t.endswith("e-06") for t in tokens)
+
+
+def test_per_device_paddle_file_becomes_the_same_plan_in_verl_units():
+    from pathlib import Path
+
+    from ppokit.args.batch import batch_plan
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "paddle" / "ppo_config_d4de12c76.json"
+    original = load_arguments(fixture)
+    assert batch_plan(original).mode == "per_device"
+    notes: list = []
+    tokens = to_verl_tokens(str(fixture), notes)
+    from_line, _, _ = parse_main_ppo(tokens)
+    plan = batch_plan(from_line).to_dict()
+    assert plan.pop("mode") == "global"
+    assert plan == {k: v for k, v in batch_plan(original).to_dict().items() if k != "mode"}
+    assert notes and "per-device batch sizes" in notes[0]
+    same = {k for k, v in original.to_dict().items() if from_line.to_dict()[k] == v}
+    assert {"actor_model_name_or_path", "learning_rate", "rl_algorithm", "kl_coeff", "max_dec_len"} <= same
