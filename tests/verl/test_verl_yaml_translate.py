@@ -44,6 +44,9 @@ def test_nested_yaml_equals_its_overrides(tmp_path):
     assert (from_yaml.rollout_n, from_yaml.learning_rate, from_yaml.kl_loss_coeff) == (4, 1e-6, 1e-3)
     overridden, _, _ = parse_main_ppo([f"--config-path={tmp_path}", "--config-name=my_recipe", "actor_rollout_ref.rollout.n=2"])
     assert overridden.rollout_n == 2  # overrides apply after the YAML
+    flat = tmp_path / "flat.json"
+    flat.write_text(translate(str(tmp_path / "my_recipe.yaml"), "paddle"))
+    assert load_arguments(flat).to_dict() == from_yaml.to_dict()
 
 
 def test_yaml_unknown_keys_are_all_listed(tmp_path):
