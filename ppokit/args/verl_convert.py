@@ -1,7 +1,6 @@
 """Building blocks of the verl table (`verl_table`): the entry type and the converters for mappings
 that are not one-to-one (a key with a partner switch, global sizes divided over GPUs, renamed values)."""
 
-
 from __future__ import annotations
 
 import importlib.util
@@ -30,6 +29,9 @@ class Ctx:
 
 @dataclass(frozen=True)
 class VerlKey:
+    """One verl key: verl's default, the ppokit key it sets (None: no effect), a note, and the converter /
+    inverse for mappings that are not one-to-one (see `verl_table`)."""
+
     default: Any
     target: str | None
     note: str = ""

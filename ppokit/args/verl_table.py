@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 
 from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported for callers of the table)
-    ESTIMATORS,
     LAUNCH_KEYS,
     SKIP,
     VERL_NAME_OF,
