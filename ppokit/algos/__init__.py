@@ -4,6 +4,10 @@ Only torch (and the algorithm table, `ppokit.algorithms`, plain data) is importe
 objects, no model, no I/O. Shapes: B sequences, T
 response positions, V vocabulary; ``mask`` (B, T) marks valid response tokens. The registries
 map config names to functions so the trainer selects them by name.
+
+Owns: every formula of the trainer (estimators, policy/value losses, KL and its controllers, loss reduction,
+whitening, log-probs) and the registries the trainer dispatches through.
+May import: torch and the algorithm table `ppokit.algorithms`; no other ppokit room.
 """
 
 from ppokit.algorithms import ALGORITHMS, Algorithm, algorithm

@@ -1,5 +1,8 @@
 """ppokit's arguments: PaddleNLP's schema as pydantic models, JSON/YAML + command-line loading, the
-post-init rules and the batch arithmetic. Imports nothing heavy (no torch)."""
+post-init rules and the batch arithmetic. Imports nothing heavy (no torch).
+
+May import: pydantic and the algorithm table `ppokit.algorithms`; no other ppokit room, nothing heavy.
+"""
 
 from .arguments import Arguments, DataArguments, ModelArguments, PpokitArguments, TrainingArguments
 from .batch import BatchPlan, batch_plan

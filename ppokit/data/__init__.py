@@ -6,6 +6,8 @@
     loader = PromptLoader(kept, batch_size=8, seed=42)
 
 See docs/data.md for the formats, the rendering rules and the task-config format. No torch here.
+
+May import: `ppokit.tasks` (generated datasets); no torch.
 """
 
 from ppokit.data.errors import DataError

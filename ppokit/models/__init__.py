@@ -1,4 +1,7 @@
-"""Model loading (HF folder, .gguf, alias), the reference policy, the critic and reward models."""
+"""Model loading (HF folder, .gguf, alias), the reference policy, the critic and reward models.
+
+May import: torch, transformers, peft, safetensors, and `ppokit.engine` (rank helpers).
+"""
 
 from ppokit.models.loading import (
     ALIASES,

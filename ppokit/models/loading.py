@@ -270,6 +270,21 @@ def autocast_context(compute_dtype: torch.dtype | None, device):
     return torch.autocast(device_type=device_type, dtype=compute_dtype)
 
 
+def from_pretrained(auto_class: str, path: str, dtype, device, attn_implementation: str | None,
+                    gradient_checkpointing: bool):
+    """`transformers.<auto_class>.from_pretrained(path)` in `dtype` on `device`, with the attention
+    implementation (when given) and gradient checkpointing (PaddleNLP's `recompute`)."""
+    import transformers
+
+    kwargs = {"dtype": dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = getattr(transformers, auto_class).from_pretrained(path, **kwargs).to(device)
+    if gradient_checkpointing:
+        enable_recompute(model)
+    return model
+
+
 def load_causal_lm(
     path: str,
     dtype: torch.dtype = torch.float32,
@@ -283,14 +298,7 @@ def load_causal_lm(
     `gradient_checkpointing` is PaddleNLP's `recompute` (non-reentrant checkpointing). With `lora`
     the base weights are frozen and a peft model is returned (only adapters train).
     """
-    from transformers import AutoModelForCausalLM
-
-    kwargs = {"dtype": dtype}
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
-    if gradient_checkpointing:
-        enable_recompute(model)
+    model = from_pretrained("AutoModelForCausalLM", path, dtype, device, attn_implementation, gradient_checkpointing)
     if lora is not None:
         model = apply_lora(model, lora, gradient_checkpointing)
     return model

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ppokit.models.loading import enable_recompute
+from ppokit.models.loading import enable_recompute, from_pretrained
 
 HEAD_FILE = "value_head.safetensors"
 
@@ -58,15 +58,10 @@ def load_value_model(
         prefix = plain_model(backbone).base_model_prefix + "."
         base = plain_copy(backbone, dtype, auto_class="AutoModel", prefix=prefix).to(device)
         base.requires_grad_(True)
+        if gradient_checkpointing:
+            enable_recompute(base)
     else:
-        from transformers import AutoModel
-
-        kwargs = {"dtype": dtype}
-        if attn_implementation:
-            kwargs["attn_implementation"] = attn_implementation
-        base = AutoModel.from_pretrained(path, **kwargs).to(device)
-    if gradient_checkpointing:
-        enable_recompute(base)
+        base = from_pretrained("AutoModel", path, dtype, device, attn_implementation, gradient_checkpointing)
     hidden = base.config.get_text_config().hidden_size
     head = nn.Linear(hidden, 1, dtype=dtype, device=device)
     state = _saved_head(path, hidden) if path is not None else None

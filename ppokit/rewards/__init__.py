@@ -5,6 +5,8 @@
     keep, n_skipped = skipped_groups(total, rollout_n)            # only under reward_on_error: skip_group
 
 The server and client live in `ppokit.rewards.server` / `ppokit.rewards.client` (imported on demand).
+
+May import: torch, httpx/fastapi, and `ppokit.tasks` (verifiers).
 """
 
 from ppokit.rewards.build import build_reward_functions

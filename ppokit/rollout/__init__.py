@@ -1,4 +1,7 @@
-"""Rollout engines: the `RolloutEngine` protocol, transformers' generate (hf) and vLLM."""
+"""Rollout engines: the `RolloutEngine` protocol, transformers' generate (hf) and vLLM.
+
+May import: torch, transformers, vllm, and `ppokit.models` (weights hand-over, autocast).
+"""
 
 from __future__ import annotations
 

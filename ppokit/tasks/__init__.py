@@ -7,6 +7,8 @@
     kk.score(response, record, details=True)    # (score, {"verdict": ..., ...})
 
 No torch here: tasks are plain Python and may run inside a reward server.
+
+May import: nothing of ppokit's (plain Python).
 """
 
 from __future__ import annotations

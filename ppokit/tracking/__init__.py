@@ -6,6 +6,8 @@
         t.log_samples(1, [{"prompt": "...", "response": "...", "reward": 1.0}])
 
 Watch with ``visualdl --logdir vdl_log``; write a report with ``python -m ppokit.tracking.report output``.
+
+May import: visualdl/tensorboard/wandb (optional); no other ppokit room.
 """
 
 from ppokit.tracking.backends import resolve_report_to

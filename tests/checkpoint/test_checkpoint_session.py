@@ -17,7 +17,7 @@ from ppokit.checkpoint import (
     checkpoint_bytes,
     complete_checkpoints,
 )
-from ppokit.export import hf_state_dict
+from ppokit.models.folders import hf_state_dict
 from ppokit.session import Session
 
 

@@ -91,7 +91,7 @@ def room(module: str) -> str:
 # Rooms from the bottom up; a room may import its own modules and rooms listed before it.
 # algos and engine are libraries (torch / DeepSpeed only) every room above may call.
 LAYERS = [
-    "algos", "args", "engine", "tasks", "data", "models", "rollout", "rewards", "tracking", "widgets", "training",
+    "algorithms", "algos", "args", "engine", "tasks", "data", "models", "rollout", "rewards", "tracking", "widgets", "training",
     "checkpoint", "export", "eval", "session", "launch", "bench",
 ]
 
