@@ -12,7 +12,7 @@ May import: torch and the algorithm table `ppokit.algorithms`; no other ppokit r
 
 from ppokit.algorithms import ALGORITHMS, Algorithm, algorithm
 
-from . import advantages, kl, logprobs, masked, policy_loss, reduce, value_loss
+from . import advantages, kl, logprobs, masked, policy_loss, reduce, rollout_correction, value_loss
 from .advantages import ADVANTAGE_ESTIMATORS, compute_advantages
 from .kl import (
     KL_ALIASES,
@@ -29,6 +29,7 @@ from .logprobs import entropy_from_logits, token_logprobs
 from .masked import masked_mean, masked_sum, masked_var, masked_whiten
 from .policy_loss import POLICY_LOSSES
 from .reduce import REDUCTIONS, global_denominators, reduce_loss
+from .rollout_correction import IS_LEVELS, logprob_mismatch, truncated_is_weights
 from .value_loss import VALUE_LOSSES
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "masked",
     "policy_loss",
     "reduce",
+    "rollout_correction",
     "value_loss",
     "ADVANTAGE_ESTIMATORS",
     "ALGORITHMS",
@@ -49,6 +51,9 @@ __all__ = [
     "KL_ALIASES",
     "KL_CONTROLLERS",
     "REDUCTIONS",
+    "IS_LEVELS",
+    "truncated_is_weights",
+    "logprob_mismatch",
     "compute_advantages",
     "kl_penalty",
     "apply_kl_penalty",
