@@ -37,6 +37,13 @@ class PpokitArguments(BaseModel):
         None, description="Dual-clip constant c (>1) bounding the loss of negative-advantage tokens; None = off.")
     policy_loss: Literal["vanilla", "gspo", "cispo"] = Field(
         "vanilla", description="Policy loss: vanilla clipped PPO, gspo (sequence-level ratio) or cispo.")
+    rollout_is: Literal["off", "token", "sequence"] = Field(
+        "off", description="Truncated importance sampling against the rollout engine's log-probs (rollout-train "
+        "mismatch correction, as verl/TRL): token multiplies each token's policy loss by min(pi_old/pi_rollout, "
+        "rollout_is_cap), sequence by the capped product over the response; off = no weight. rollout/logprob_diff "
+        "is logged either way.")
+    rollout_is_cap: float = Field(
+        2.0, gt=0.0, description="Truncation cap C of the rollout_is importance weights (verl's default 2).")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor for GAE / REINFORCE++ returns.")
     lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda.")
     critic_warmup_steps: int = Field(
@@ -61,6 +68,11 @@ class PpokitArguments(BaseModel):
     # --- rollout and evaluation ---
     rollout_engine: Literal["hf", "vllm"] | None = Field(
         None, description="Rollout engine; None -> from use_fusemt (vllm when installed, else hf).")
+    gpu_memory_utilization: float = Field(
+        0.5, gt=0.0, le=1.0, description="vLLM engine: fraction of each GPU's total memory it may take for its "
+        "weights, activations and KV cache while generating (verl's name and default). It sleeps during the "
+        "update (KV cache freed, weights moved to CPU), so this share is only needed next to the training state "
+        "during rollouts; lower it when the rollout runs out of memory (docs/scaling.md). No effect on the hf engine.")
     top_k: int = Field(
         0, ge=0, description="Top-k sampling; 0 = off (PaddleNLP E0a's top_k defaulted to 1, i.e. greedy).")
     eval_rollout_n: int = Field(1, ge=1, description="Responses per prompt during evaluation.")

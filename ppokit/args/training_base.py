@@ -87,7 +87,8 @@ class BaseTrainingArguments(BaseModel):
         -1, description="PaddleNLP sharding group size; ppokit shards over all data-parallel ranks.")
     sharding_parallel_config: str = Field("", description="PaddleNLP sharding options; no effect in ppokit.")
     tensor_parallel_degree: int = Field(
-        -1, description="Tensor parallelism of the vLLM rollout engine; -1 -> 1 (training is data-parallel).")
+        -1, description="vLLM engine: tensor-parallel size of the rollouts when rollout_tensor_parallel_degree "
+        "is -1; -1 -> 1. Training itself is data-parallel with ZeRO (no Megatron tensor parallelism).")
     pipeline_parallel_degree: int = Field(-1, description="PaddleNLP pipeline parallelism; no effect in ppokit.")
     pipeline_parallel_config: str = Field("", description="PaddleNLP pipeline options; no effect in ppokit.")
     sequence_parallel: bool = Field(False, description="PaddleNLP sequence parallelism; no effect in ppokit.")

@@ -56,9 +56,12 @@ class RLTrainingArguments(BaseModel):
     per_device_value_batch_size: int = Field(
         -1, description="Sequences per critic value forward pass; <=0 -> per_device_train_batch_size.")
     rollout_max_num_seqs: int = Field(
-        8, ge=1, description="Max concurrent sequences in the vLLM engine (max_num_seqs).")
+        8, ge=1, description="vLLM engine: max sequences decoded at once per tensor-parallel group (vLLM's "
+        "max_num_seqs); raise it (e.g. 256) for throughput when memory allows. No effect on the hf engine.")
     rollout_tensor_parallel_degree: int = Field(
-        -1, description="Tensor-parallel degree of the vLLM rollout engine; -1 -> tensor_parallel_degree.")
+        -1, description="vLLM engine: tensor-parallel size (GPUs per rollout engine; it must divide the GPUs per "
+        "node); each group of that many consecutive ranks generates its ranks' prompts together. "
+        "-1 -> tensor_parallel_degree. No effect on the hf engine.")
     rollout_quant_type: str = Field(
         "", description="PaddleNLP rollout weight quantisation (e.g. weight_only_int8; formerly quant_type); "
         "no effect in ppokit.")

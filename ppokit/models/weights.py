@@ -16,17 +16,81 @@ import torch
 
 def gathered(model):
     """Gather ZeRO-3 partitioned parameters for reading (a no-op for ordinary modules)."""
-    params = [p for p in model.parameters() if hasattr(p, "ds_id")]
-    if not params:
-        return contextlib.nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
+    return gathered_params(list(model.parameters()))
 
 
 def plain_model(model):
     """The transformers model inside `model` (peft wrapper removed; LoRA layers still inside)."""
     return model.get_base_model() if hasattr(model, "peft_config") else model
+
+
+def _is_lora_layer(module) -> bool:
+    return hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")
+
+
+def _lora_delta(module) -> torch.Tensor | None:
+    """W delta of a peft LoRA layer's active, unmerged adapters (sum of scaling·B·A), or None."""
+    if not _is_lora_layer(module) or module.merged:
+        return None
+    delta = None
+    for adapter in module.active_adapters:
+        if adapter in getattr(module, "lora_A", {}):
+            d = module.get_delta_weight(adapter)
+            delta = d if delta is None else delta + d
+    return delta
+
+
+def hf_state_by_module(model) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """`hf_state(model)` one module at a time, ZeRO-3 gathering only that module's parameters.
+
+    Yields, per module that owns tensors (a peft LoRA layer counts as one module, its adapters merged
+    in), the list of its (HF name, tensor) pairs; the tensors are valid until the next item is
+    requested (under ZeRO-3 the module is re-partitioned then). Nothing is copied to the CPU: peak
+    extra memory is one module's gathered parameters (plus its LoRA delta). Persistent buffers are
+    included, as in `state_dict`.
+    """
+    base = plain_model(model)
+    inside_lora: list[str] = []
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            if any(name.startswith(p + ".") for p in inside_lora):
+                continue
+            if _is_lora_layer(module):
+                inside_lora.append(name)
+                params = list(module.parameters())
+            else:
+                params = list(module.parameters(recurse=False))
+            buffers = [(k, b) for k, b in module.named_buffers(recurse=False)
+                       if k not in module._non_persistent_buffers_set]
+            if not params and not buffers:
+                continue
+            with gathered_params(params):
+                yield _module_tensors(name, module, buffers)
+
+
+def _module_tensors(name: str, module, buffers) -> list[tuple[str, torch.Tensor]]:
+    prefix = f"{name}." if name else ""
+    if _is_lora_layer(module):
+        out = []
+        base_layer = module.base_layer
+        delta = _lora_delta(module)
+        for key, tensor in base_layer.named_parameters(recurse=False):
+            if key == "weight" and delta is not None:
+                tensor = tensor + delta.to(tensor.dtype)
+            out.append((prefix + key, tensor))
+        return out + [(prefix + k, b) for k, b in base_layer.named_buffers(recurse=False)
+                      if k not in base_layer._non_persistent_buffers_set]
+    return [(prefix + k, p) for k, p in module.named_parameters(recurse=False)] + [(prefix + k, b) for k, b in buffers]
+
+
+def gathered_params(params: list):
+    """Gather these ZeRO-3 partitioned parameters for reading (a no-op for ordinary ones)."""
+    partitioned = [p for p in params if hasattr(p, "ds_id")]
+    if not partitioned:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None)
 
 
 def hf_state(model) -> Iterator[tuple[str, torch.Tensor]]:
@@ -41,13 +105,9 @@ def hf_state(model) -> Iterator[tuple[str, torch.Tensor]]:
     deltas: dict[str, torch.Tensor] = {}
     with torch.no_grad():
         for name, module in base.named_modules():
-            if not (hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")) or module.merged:
-                continue
-            for adapter in module.active_adapters:
-                if adapter in getattr(module, "lora_A", {}):
-                    delta = module.get_delta_weight(adapter)
-                    key = f"{name}.weight"
-                    deltas[key] = deltas[key] + delta if key in deltas else delta
+            delta = _lora_delta(module)
+            if delta is not None:
+                deltas[f"{name}.weight"] = delta
         for name, tensor in base.state_dict().items():
             if "lora_" in name:
                 continue
