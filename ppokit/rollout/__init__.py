@@ -11,7 +11,8 @@ import torch
 
 from ppokit.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, check_prompts
 from ppokit.rollout.hf_engine import HFRolloutEngine, eos_token_ids
-from ppokit.rollout.vllm_engine import VLLMRolloutEngine, vllm_available, vllm_sampling_kwargs
+from ppokit.rollout.vllm_args import tp_layout, vllm_engine_kwargs, vllm_sampling_kwargs
+from ppokit.rollout.vllm_engine import VLLMRolloutEngine, vllm_available
 
 __all__ = [
     "HFRolloutEngine",
@@ -22,7 +23,9 @@ __all__ = [
     "check_prompts",
     "eos_token_ids",
     "make_rollout_engine",
+    "tp_layout",
     "vllm_available",
+    "vllm_engine_kwargs",
     "vllm_sampling_kwargs",
 ]
 
@@ -45,16 +48,22 @@ def make_rollout_engine(
     model_path: str | None = None,
     batch_size: int | None = None,
     compute_dtype: torch.dtype | None = None,
-    **vllm_kwargs,
+    args=None,
+    rank: int = 0,
+    world_size: int = 1,
+    return_logprobs: bool = False,
+    **vllm_overrides,
 ) -> RolloutEngine:
     """Choose the rollout engine.
 
     `kind` "vllm" (or None with `use_fusemt`, PaddleNLP's fast-generation switch) → vLLM when it is
     installed and the actor has a folder (`model_path`), else the hf engine with a one-time note;
-    "hf" → the hf engine. `vllm_kwargs` go to `VLLMRolloutEngine` (tensor_parallel_size,
-    gpu_memory_utilization, max_model_len, seed, return_logprobs). The hf engine generates under
-    autocast to `compute_dtype`, `batch_size` prompts per generate call (None = all), and with a
-    plain copy of the weights when the model is ZeRO-3 partitioned.
+    "hf" → the hf engine. The vLLM engine of this `rank` of `world_size` takes its settings from
+    `args` (see `vllm_args.vllm_engine_kwargs`; None = the default arguments), `vllm_overrides`
+    replacing single `vllm.LLM` arguments; it always returns per-token log-probs. The hf engine
+    generates under autocast to `compute_dtype`, `batch_size` prompts per generate call (None =
+    all), with a plain copy of the weights when the model is ZeRO-3 partitioned, and returns the
+    sampled tokens' log-probs when `return_logprobs`.
     """
     if kind not in (None, "hf", "vllm"):
         raise ValueError(f"Unknown rollout engine {kind!r}; choose 'hf' or 'vllm'.")
@@ -65,9 +74,15 @@ def make_rollout_engine(
     elif wants_vllm and model_path is None:
         _note_once(f"{asked} but vLLM needs the actor's model folder (model_path); using the hf engine")
     elif wants_vllm:
-        engine = VLLMRolloutEngine(model_path, tokenizer, eos_token_ids(model, tokenizer), **vllm_kwargs)
+        if args is None:
+            from ppokit.args import Arguments
+
+            args = Arguments()
+        engine = VLLMRolloutEngine.from_args(args, model_path, tokenizer, eos_token_ids(model, tokenizer),
+                                             compute_dtype or torch.bfloat16, rank, world_size, **vllm_overrides)
         engine.update_weights(model)
         return engine
     dtype = compute_dtype if compute_dtype not in (None, torch.float32) else None
     partitioned = any(hasattr(p, "ds_id") for p in model.parameters())
-    return HFRolloutEngine(model, tokenizer, batch_size=batch_size, dtype=dtype, copy_weights=partitioned)
+    return HFRolloutEngine(model, tokenizer, batch_size=batch_size, dtype=dtype, copy_weights=partitioned,
+                           return_logprobs=return_logprobs)

@@ -20,6 +20,7 @@ import torch
 from ppokit.models.loading import autocast_context
 from ppokit.models.weights import load_hf_state, plain_copy
 from ppokit.rollout.base import RolloutOutput, SamplingParams, check_prompts
+from ppokit.rollout.token_logprobs import SampledTokenLogprobs
 
 
 class HFRolloutEngine:
@@ -32,6 +33,7 @@ class HFRolloutEngine:
         batch_size: int | None = None,
         dtype: torch.dtype | None = None,
         copy_weights: bool = False,
+        return_logprobs: bool = False,
     ):
         if tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; load it with ppokit.models.load_tokenizer.")
@@ -41,6 +43,7 @@ class HFRolloutEngine:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.dtype = dtype
+        self.return_logprobs = return_logprobs  # the sampled tokens' log-probs (SampledTokenLogprobs)
         self.eos_ids = eos_token_ids(model, tokenizer)
         copy_dtype = dtype or next(model.parameters()).dtype
         self._copy = plain_copy(model, copy_dtype).eval() if copy_weights else None
@@ -64,6 +67,7 @@ class HFRolloutEngine:
         step = self.batch_size or len(prompt_token_ids)
         rows: list[list[int]] = []
         reasons: list[str] = []
+        logprobs: list[list[float]] = []
         rng = torch.random.fork_rng(devices=_rng_devices(model)) if sampling.seed is not None else contextlib.nullcontext()
         model.eval()
         try:
@@ -73,30 +77,38 @@ class HFRolloutEngine:
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
                 for start in range(0, len(prompt_token_ids), step):
-                    new_tokens = self._generate_batch(model, prompt_token_ids[start : start + step], sampling)
-                    for row in new_tokens.tolist():
+                    new_tokens, new_logprobs = self._generate_batch(model, prompt_token_ids[start : start + step], sampling)
+                    for row, row_logprobs in zip(new_tokens.tolist(), new_logprobs.tolist()):
                         ids, reason = self._cut(row)
                         rows.append(ids)
                         reasons.append(reason)
+                        logprobs.append(row_logprobs[: len(ids)])
         finally:
             model.train(was_training)
         index = [i for i in range(len(prompt_token_ids)) for _ in range(sampling.n)]
-        return RolloutOutput(prompt_index=index, response_ids=rows, finish_reasons=reasons, logprobs=None)
+        return RolloutOutput(prompt_index=index, response_ids=rows, finish_reasons=reasons,
+                             logprobs=logprobs if self.return_logprobs else None)
 
-    def _generate_batch(self, model, prompts: list[list[int]], sampling: SamplingParams) -> torch.Tensor:
+    def _generate_batch(self, model, prompts: list[list[int]], sampling: SamplingParams):
+        """(new tokens, their log-probs (zeros unless return_logprobs)), both (rows, T), n rows per prompt."""
         device = _device(model)
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        recorder = SampledTokenLogprobs(sampling.temperature if sampling.do_sample else 1.0)
         out = model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
             generation_config=self._generation_config(sampling),
+            logits_processor=[recorder] if self.return_logprobs else None,
         )
         new_tokens = out[:, width:].cpu()
+        logprobs = recorder.finish(new_tokens) if self.return_logprobs else torch.zeros(new_tokens.shape)
+        if sampling.do_sample:
+            return new_tokens, logprobs
         # Greedy decoding gives every sample the same answer; transformers refuses n > 1 for it.
-        return new_tokens if sampling.do_sample else new_tokens.repeat_interleave(sampling.n, dim=0)
+        return new_tokens.repeat_interleave(sampling.n, dim=0), logprobs.repeat_interleave(sampling.n, dim=0)
 
     def _generation_config(self, sampling: SamplingParams):
         from transformers import GenerationConfig

@@ -1,17 +1,26 @@
-"""Rollouts with vLLM (PaddleNLP's `use_fusemt` fast path), colocated with training.
+"""Rollouts with vLLM (PaddleNLP's `use_fusemt` fast path), colocated with DeepSpeed training on 1..K GPUs.
 
-vLLM is imported only when a `VLLMRolloutEngine` is built; `vllm_sampling_kwargs` is a pure mapping
-(tested without vLLM). The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so
-`update_weights` can hand tensors to the worker directly:
-`collective_rpc` with a function where available, else the in-process driver worker's model.
+Every rank builds one `vllm.LLM` on its own GPU with `distributed_executor_backend="external_launcher"`
+(vLLM joins the torchrun/DeepSpeed processes; `vllm_args` maps the arguments). Ranks form
+tensor-parallel groups of consecutive ranks: in `generate`, the members of a group exchange their
+prompts, all of them generate the same requests in lock-step (one model split over their GPUs), and
+each keeps the responses to its own prompts.
+
+Memory: the engine sleeps (level 1: KV cache freed, weights copied to CPU) after every `generate`,
+so the update has the GPU; `generate` wakes the weights, loads the trained weights if they changed
+(`update_weights` only marks them), then wakes the KV cache. Weight sync goes module by module
+(ZeRO-3 gathers one module at a time, LoRA merged, no CPU copy) through `LLM.collective_rpc` into
+the in-process worker's `model.load_weights`, and the prefix cache is reset after it.
 """
 
 from __future__ import annotations
 
 import os
 
-from ppokit.models.weights import gathered, hf_state
+from ppokit.models.weights import hf_state_by_module
 from ppokit.rollout.base import RolloutOutput, SamplingParams, check_prompts
+from ppokit.rollout.tp_group import SoloGroup, TPGroup, make_tp_group
+from ppokit.rollout.vllm_args import rollout_tp_degree, tp_layout, vllm_engine_kwargs, vllm_sampling_kwargs
 
 
 def vllm_available() -> bool:
@@ -20,115 +29,140 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def vllm_sampling_kwargs(sampling: SamplingParams, stop_token_ids: list[int], logprobs: bool = False) -> dict:
-    """ppokit `SamplingParams` → keyword arguments of `vllm.SamplingParams`, one to one.
-
-    Greedy (do_sample False) is temperature 0; top_k 0 (off) is vLLM's -1; `seed` is handled by the
-    engine per sample (see `VLLMRolloutEngine.generate`), not here.
-    """
-    kwargs = dict(
-        n=sampling.n,
-        max_tokens=sampling.max_new_tokens,
-        min_tokens=sampling.min_new_tokens,
-        temperature=sampling.temperature if sampling.do_sample else 0.0,
-        top_p=sampling.top_p if sampling.do_sample else 1.0,
-        top_k=sampling.top_k if (sampling.do_sample and sampling.top_k > 0) else -1,
-        repetition_penalty=sampling.repetition_penalty,
-        stop_token_ids=list(stop_token_ids),
-        skip_special_tokens=False,
-        detokenize=False,
-    )
-    if logprobs:
-        kwargs["logprobs"] = 0  # the sampled token's log-prob only
-    return kwargs
-
-
 def _load_weights_on_worker(worker, weights):
-    """Runs inside the vLLM worker (`collective_rpc`): load HF-named tensors into its model."""
+    """Runs on the vLLM worker of this process (`collective_rpc`): load HF-named tensors into its model."""
     worker.model_runner.model.load_weights(weights=weights)
 
 
-class VLLMRolloutEngine:
-    """`RolloutEngine` over `vllm.LLM`, generating from token ids.
+def local_world_size(world_size: int) -> int:
+    """Processes on this node: torchrun's LOCAL_WORLD_SIZE, DeepSpeed's LOCAL_SIZE, else the whole world."""
+    for key in ("LOCAL_WORLD_SIZE", "LOCAL_SIZE"):
+        if os.environ.get(key):
+            return int(os.environ[key])
+    return world_size
 
-    `model_path` is the HF folder the actor was loaded from (vLLM reads config and tokenizer there);
-    the trained weights reach vLLM through `update_weights(model)`, which must be called once after
-    construction if the actor already differs from the folder (e.g. on resume).
+
+class VLLMRolloutEngine:
+    """`RolloutEngine` over a colocated `vllm.LLM`, generating from token ids, with per-token log-probs.
+
+    Build it with `from_args` (or give `llm_kwargs` from `vllm_engine_kwargs` and the rank's TP
+    group). The trained weights reach vLLM through `update_weights(model)`: call it after every
+    optimizer step (and once after construction when the actor differs from its folder).
     """
 
-    def __init__(
-        self,
-        model_path: str,
-        tokenizer,
-        eos_token_ids: list[int],
-        tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.3,
-        dtype: str = "bfloat16",
-        max_model_len: int | None = None,
-        seed: int = 0,
-        return_logprobs: bool = False,
-    ):
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    def __init__(self, llm_kwargs: dict, tokenizer, eos_token_ids: list[int], group: TPGroup | None = None):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the worker lives in this process
+        _check_dtype(llm_kwargs.get("dtype"))
         from vllm import LLM
 
         self.tokenizer = tokenizer
         self.eos_ids = sorted(set(eos_token_ids))
-        self.return_logprobs = return_logprobs
-        self.llm = LLM(
-            model=model_path,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            dtype=dtype,
-            max_model_len=max_model_len,
-            seed=seed,
-            enable_prefix_caching=True,
-        )
+        self.group = group or SoloGroup()
+        self.llm = LLM(**llm_kwargs)
+        self._stale_model = None  # the model whose weights vLLM has not loaded yet
+        self._asleep = False
+        self.sleep()  # free the KV cache for whatever the trainer does before the first rollout
+
+    @classmethod
+    def from_args(cls, args, model_path: str, tokenizer, eos_token_ids: list[int], compute_dtype, rank: int = 0,
+                  world_size: int = 1, **overrides) -> VLLMRolloutEngine:
+        """The engine of rank `rank` of `world_size` for arguments `args`; `overrides` replace LLM kwargs."""
+        layout = tp_layout(rank, world_size, rollout_tp_degree(args), local_world_size(world_size))
+        kwargs = {**vllm_engine_kwargs(args, model_path, layout, compute_dtype), **overrides}
+        return cls(kwargs, tokenizer, eos_token_ids, make_tp_group(layout, world_size))
+
+    def sleep(self) -> None:
+        """Free the KV cache and move the weights to CPU (vLLM sleep level 1) until the next `generate`."""
+        if not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def update_weights(self, model) -> None:
+        """Generate with `model`'s weights from the next `generate` on (loaded there, after waking up)."""
+        self._stale_model = model
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> RolloutOutput:
+        check_prompts(prompt_token_ids)
+        shares = self.group.all_gather((list(map(list, prompt_token_ids)), sampling))
+        if any(s[1] != sampling for s in shares):
+            raise RuntimeError("The ranks of one vLLM tensor-parallel group asked for different sampling settings; "
+                               "every rank must use the same arguments file and overrides.")
+        prompts, first = _requests_of_group([s[0] for s in shares], self.group.index, sampling.seed is not None)
+        self._wake()
+        try:
+            outputs = self._generate(prompts, sampling)
+        finally:
+            self.sleep()
+        mine = outputs[first * sampling.n : (first + len(prompt_token_ids)) * sampling.n]
+        return RolloutOutput(
+            prompt_index=[i for i in range(len(prompt_token_ids)) for _ in range(sampling.n)],
+            response_ids=[list(c.token_ids) for c in mine],
+            finish_reasons=[str(c.finish_reason) for c in mine],
+            logprobs=[_sampled_logprobs(c) for c in mine],
+        )
+
+    def _wake(self) -> None:
+        """Weights back on the GPU, the trained ones loaded if they changed, then the KV cache."""
+        if self._asleep:
+            self.llm.wake_up(tags=["weights"])  # KV cache stays freed while the weights are rewritten
+        if self._stale_model is not None:
+            for chunk in hf_state_by_module(self._stale_model):
+                self.llm.collective_rpc(_load_weights_on_worker, args=(chunk,))
+            self._stale_model = None
+        if self._asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self._asleep = False
+        self.llm.reset_prefix_cache()  # cached blocks were computed with other weights (or are gone)
+
+    def _generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list:
+        """Completions of `prompts`, n per prompt in prompt order."""
         from vllm import SamplingParams as VSamplingParams
 
-        check_prompts(prompt_token_ids)
-        base = vllm_sampling_kwargs(sampling, self.eos_ids, self.return_logprobs)
+        base = vllm_sampling_kwargs(sampling, self.eos_ids, logprobs=True)
         if sampling.seed is None:
-            requests = [{"prompt_token_ids": list(p)} for p in prompt_token_ids]
             params = VSamplingParams(**base)
+            requests = [{"prompt_token_ids": p} for p in prompts]
         else:
             # One request per sample with its own seed: reproducible, and samples of one prompt differ.
             base["n"] = 1
-            requests, params = [], []
-            for i, p in enumerate(prompt_token_ids):
-                for k in range(sampling.n):
-                    requests.append({"prompt_token_ids": list(p)})
-                    params.append(VSamplingParams(**base, seed=sampling.seed + i * sampling.n + k))
+            requests = [{"prompt_token_ids": p} for p in prompts for _ in range(sampling.n)]
+            params = [VSamplingParams(**base, seed=sampling.seed + j) for j in range(len(requests))]
         outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
         completions = [c for out in outputs for c in sorted(out.outputs, key=lambda c: c.index)]
         odd = {str(c.finish_reason) for c in completions} - {"stop", "length"}
-        if odd or len(completions) != len(prompt_token_ids) * sampling.n:
+        if odd or len(completions) != len(prompts) * sampling.n:
             raise RuntimeError(
                 f"vLLM returned {len(completions)} responses (finish reasons {sorted(odd) or 'ok'}) for "
-                f"{len(prompt_token_ids)} prompts x n={sampling.n}; the rollout is incomplete."
+                f"{len(prompts)} prompts x n={sampling.n}; the rollout is incomplete."
             )
-        return RolloutOutput(
-            prompt_index=[i for i in range(len(prompt_token_ids)) for _ in range(sampling.n)],
-            response_ids=[list(c.token_ids) for c in completions],
-            finish_reasons=[str(c.finish_reason) for c in completions],
-            logprobs=[_sampled_logprobs(c) for c in completions] if self.return_logprobs else None,
-        )
+        return completions
 
-    def update_weights(self, model) -> None:
-        """Copy the trained weights (HF names; LoRA merged; ZeRO-3 gathered) into vLLM."""
-        with gathered(model):
-            weights = [(name, tensor.detach()) for name, tensor in hf_state(model)]
-            if hasattr(self.llm, "collective_rpc"):
-                self.llm.collective_rpc(_load_weights_on_worker, args=(weights,))
-            else:
-                executor = self.llm.llm_engine.model_executor
-                executor.driver_worker.model_runner.model.load_weights(weights=weights)
-        if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+def _requests_of_group(shares: list[list[list[int]]], index: int, seeded: bool) -> tuple[list[list[int]], int]:
+    """(prompts the group generates, where this member's prompts start in them).
+
+    The members' prompts (training: each rank owns its share) are concatenated in group order.
+    Seeded sampling (evaluation) of the same prompts on every member gives the same answers
+    anyway, so then they are generated once.
+    """
+    if seeded and all(s == shares[0] for s in shares):
+        return shares[0], 0
+    starts = [sum(len(s) for s in shares[:i]) for i in range(len(shares))]
+    return [p for s in shares for p in s], starts[index]
 
 
 def _sampled_logprobs(completion) -> list[float]:
+    """The engine's log-prob of each sampled token (after temperature: logprobs_mode=processed_logprobs)."""
     if completion.logprobs is None:
-        return []
+        raise RuntimeError("vLLM returned no log-probs although logprobs=0 was requested.")
     return [float(step[token].logprob) for token, step in zip(completion.token_ids, completion.logprobs)]
+
+
+def _check_dtype(dtype: str | None) -> None:
+    import torch
+
+    if dtype == "bfloat16" and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+        raise ValueError(
+            f"bf16 is set but {torch.cuda.get_device_name()} has no bfloat16 support, which vLLM needs to generate "
+            "in bf16; set bf16: false and fp16: true in the arguments file."
+        )
