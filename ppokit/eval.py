@@ -123,7 +123,7 @@ def build_eval_state(args, records: list[dict]) -> SimpleNamespace:
         raise ValueError(f"every prompt is longer than max_prompt_len={args.max_prompt_len} tokens; raise it")
     fns = [normalize_reward_fn(f) for f in build_reward_functions(args, kept)]
     engine = make_rollout_engine(args.rollout_engine, args.use_fusemt, model, tokenizer, model_path=path,
-                                 batch_size=args.per_device_eval_batch_size, compute_dtype=compute_dtype)
+                                 batch_size=args.per_device_eval_batch_size, compute_dtype=compute_dtype, args=args)
     return SimpleNamespace(eval_records=kept, reward_fns=fns, rollout_engine=engine,
                            policy=SimpleNamespace(tokenizer=tokenizer), model_path=path)
 

@@ -52,6 +52,8 @@ class VLLMRolloutEngine:
 
     def __init__(self, llm_kwargs: dict, tokenizer, eos_token_ids: list[int], group: TPGroup | None = None):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the worker lives in this process
+        if llm_kwargs.get("distributed_executor_backend") == "external_launcher":
+            _single_process_launcher_env()
         _check_dtype(llm_kwargs.get("dtype"))
         from vllm import LLM
 
@@ -156,6 +158,20 @@ def _sampled_logprobs(completion) -> list[float]:
     if completion.logprobs is None:
         raise RuntimeError("vLLM returned no log-probs although logprobs=0 was requested.")
     return [float(step[token].logprob) for token, step in zip(completion.token_ids, completion.logprobs)]
+
+
+def _single_process_launcher_env() -> None:
+    """The external launcher reads torchrun's variables; a plain `python` process becomes rank 0 of 1."""
+    if "RANK" in os.environ:
+        return
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port))
 
 
 def _check_dtype(dtype: str | None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ppokit.algos.kl import kl_penalty
 from ppokit.algos.policy_loss import POLICY_LOSSES
 from ppokit.algos.reduce import reduce_loss
+from ppokit.algos.rollout_correction import logprob_mismatch, truncated_is_weights
 from ppokit.engine import current_lr
 from ppokit.training.batch import RolloutBatch
 from ppokit.training.forward import policy_forward
@@ -24,6 +25,7 @@ def actor_loss(engine, part: RolloutBatch, cfg: LossConfig, denoms, compute_dtyp
     old = part.old_logprobs if part.old_logprobs is not None else logp.detach()
     pg, m = POLICY_LOSSES[cfg.policy_loss](logp, old, part.advantages, mask, cfg.clip_low, cfg.clip_high,
                                            cfg.clip_ratio_c)
+    pg, rollout_metrics = rollout_correction(pg, old, part, cfg)
     tokens, seqs = denoms
 
     def reduce(x):
@@ -34,6 +36,7 @@ def actor_loss(engine, part: RolloutBatch, cfg: LossConfig, denoms, compute_dtyp
     loss = cfg.pg_coeff * pg_loss
     metrics = {"actor/pg_loss": float(pg_loss.detach())}
     metrics.update({f"actor/{k}": float(v) for k, v in m.items()})
+    metrics.update(rollout_metrics)
     if cfg.kl_coeff > 0 and part.ref_logprobs is not None:
         kl = reduce(kl_penalty(logp, part.ref_logprobs, cfg.kl_estimator))
         loss = loss + cfg.kl_coeff * kl
@@ -51,6 +54,26 @@ def actor_loss(engine, part: RolloutBatch, cfg: LossConfig, denoms, compute_dtyp
         loss = loss + extra
         metrics.update(extra_metrics)
     return loss, metrics
+
+
+def rollout_correction(pg, old, part: RolloutBatch, cfg: LossConfig) -> tuple:
+    """Weight the per-token policy loss pg (b, R) by truncated importance sampling (`rollout_is`) and measure the
+    rollout-train mismatch, when the rollout engine gave log-probs. `old` (b, R): the trainer's log-probs of the
+    sampling policy (precomputed, or this forward's when the rollout has one optimizer step)."""
+    if part.rollout_logprobs is None:
+        if cfg.rollout_is != "off":
+            raise ValueError(f"rollout_is={cfg.rollout_is} needs the rollout engine's log-probs, but this batch has "
+                             "none (a batch built without them); set rollout_is: off.")
+        return pg, {}
+    rollout_logp, mask = part.rollout_logprobs.to(old.device), part.response_mask.to(old.device)
+    diff = logprob_mismatch(old, rollout_logp, mask)
+    metrics = {"rollout/logprob_diff": float(diff["logprob_diff"]),
+               "rollout/logprob_diff/max": float(diff["logprob_diff_max"])}
+    if cfg.rollout_is != "off":
+        weights, m = truncated_is_weights(old, rollout_logp, mask, cfg.rollout_is, cfg.rollout_is_cap)
+        pg = pg * weights
+        metrics.update({f"rollout/{k}": float(v) for k, v in m.items()})
+    return pg, metrics
 
 
 def actor_update(policy, batch: RolloutBatch, cfg: LossConfig, plan, extra_loss=None) -> dict[str, float]:

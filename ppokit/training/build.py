@@ -206,7 +206,8 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     rollout_engine = make_rollout_engine(
         args.rollout_engine, args.use_fusemt, policy.engine.module, policy.tokenizer, model_path=policy.model_path,
         batch_size=args.per_device_rollout_batch_size if args.per_device_rollout_batch_size > 0 else None,
-        compute_dtype=policy.compute_dtype,
+        compute_dtype=policy.compute_dtype, args=args, rank=dist.rank, world_size=dist.world_size,
+        return_logprobs=True,  # rollout/logprob_diff and rollout_is compare them with the trainer's
     )
     logprob_bs = args.per_device_logprob_batch_size if args.per_device_logprob_batch_size > 0 else plan.micro_batch_size
     state = State(args=args, dist=dist, plan=plan, policy=policy, rollout_engine=rollout_engine, reward_fns=fns,

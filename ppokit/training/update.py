@@ -42,6 +42,8 @@ class LossConfig:
     entropy_coeff: float
     clip_range_value: float
     chunk_size: int
+    rollout_is: str = "off"  # truncated importance sampling against the rollout engine: off | token | sequence
+    rollout_is_cap: float = 2.0
 
     @classmethod
     def from_args(cls, args) -> LossConfig:
@@ -60,6 +62,8 @@ class LossConfig:
             entropy_coeff=args.entropy_coeff,
             clip_range_value=args.clip_range_value,
             chunk_size=args.chunk_size,
+            rollout_is=args.rollout_is,
+            rollout_is_cap=args.rollout_is_cap,
         )
 
 
@@ -102,6 +106,10 @@ def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, pref
                 loss, metrics = loss_fn(mini.select(idx).trimmed(), denoms, k == 0)
                 norm = backward_and_step(engine, loss, last=k == len(micro) - 1, hint=hint)
                 for key, v in metrics.items():
+                    if key.endswith("/max"):  # a maximum over micro-batches, not a mean
+                        sums[key] = max(v, sums[key]) if counts[key] else v
+                        counts[key] = 1
+                        continue
                     sums[key] += v
                     counts[key] += 1
             norms.append(norm)
