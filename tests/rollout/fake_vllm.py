@@ -1,0 +1,141 @@
+"""A stand-in `vllm` module for CPU tests: records what ppokit asks of vLLM, and refuses what vLLM would.
+
+Insert it with `install(monkeypatch)`. Every `LLM` records its constructor arguments, the sampling
+parameters and requests it got, and an ordered event log (sleep / wake_up / load_weights /
+reset_prefix_cache / generate) tagged with the thread that made it (tests run one thread per
+simulated rank). Like the real engine it refuses to generate while asleep and to load weights
+while its weights sleep.
+
+Generation is deterministic: the k-th sample of prompt p is [p[0], p[-1], 100 + k + 1000 seed, stop]
+(stop = the first stop token id; finish "stop"), cut to max_tokens (finish "length"); the log-prob
+of the token at position j is -(j + 1) / 10.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from dataclasses import dataclass, field
+
+_lock = threading.Lock()
+
+
+@dataclass
+class Logprob:
+    logprob: float
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    token_ids: list[int]
+    finish_reason: str
+    logprobs: list[dict[int, Logprob]] | None
+
+
+@dataclass
+class RequestOutput:
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+
+
+class SamplingParams:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+@dataclass
+class FakeModel:
+    owner: LLM
+    loaded: dict = field(default_factory=dict)
+
+    def load_weights(self, weights):
+        self.owner._check(not self.owner.weights_asleep, "load_weights while the weights sleep")
+        names = []
+        for name, tensor in weights:
+            self.loaded[name] = tensor.detach().clone()
+            names.append(name)
+        self.owner._log("load_weights", names)
+
+
+class FakeWorker:
+    def __init__(self, owner):
+        self.model_runner = types.SimpleNamespace(model=FakeModel(owner))
+
+
+class LLM:
+    instances: list[LLM] = []
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        self.rank = threading.current_thread().name
+        self.events: list[tuple[str, object]] = []
+        self.requests: list[list[list[int]]] = []  # prompts of each generate call
+        self.sampling: list[list[dict]] = []  # the SamplingParams kwargs of each call (one per request)
+        self.weights_asleep = self.kv_asleep = False
+        self.worker = FakeWorker(self)
+        self.problems: list[str] = []
+        with _lock:
+            LLM.instances.append(self)
+
+    def _check(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.problems.append(what)
+            raise RuntimeError(f"fake vLLM refused: {what}")
+
+    def _log(self, event: str, detail=None) -> None:
+        self.events.append((event, detail))
+
+    def sleep(self, level: int = 1):
+        self._check(not (self.weights_asleep or self.kv_asleep), "sleep while asleep")
+        self.weights_asleep = self.kv_asleep = True
+        self._log("sleep", level)
+
+    def wake_up(self, tags: list[str] | None = None):
+        tags = tags or ["weights", "kv_cache"]
+        self.weights_asleep &= "weights" not in tags
+        self.kv_asleep &= "kv_cache" not in tags
+        self._log("wake_up", tuple(tags))
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        return [method(self.worker, *args, **(kwargs or {}))]
+
+    def reset_prefix_cache(self):
+        self._log("reset_prefix_cache")
+        return True
+
+    @property
+    def loaded(self) -> dict:
+        return self.worker.model_runner.model.loaded
+
+    def generate(self, prompts, sampling_params=None, use_tqdm=True):
+        self._check(not (self.weights_asleep or self.kv_asleep), "generate while asleep")
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        self.requests.append([list(p["prompt_token_ids"]) for p in prompts])
+        self.sampling.append([p.kwargs for p in params])
+        self._log("generate", len(prompts))
+        return [RequestOutput(list(p["prompt_token_ids"]), [_complete(p["prompt_token_ids"], k, sp.kwargs)
+                                                            for k in range(sp.kwargs["n"])])
+                for p, sp in zip(prompts, params)]
+
+
+def _complete(prompt: list[int], k: int, kw: dict) -> CompletionOutput:
+    stop = kw["stop_token_ids"][0]
+    tokens = [prompt[0], prompt[-1], 100 + k + (kw.get("seed") or 0) * 1000, stop]
+    cut = tokens[: kw["max_tokens"]]
+    logprobs = None
+    if kw.get("logprobs") is not None:
+        logprobs = [{t: Logprob(-(j + 1) / 10)} for j, t in enumerate(cut)]
+    return CompletionOutput(k, cut, "stop" if cut[-1] == stop else "length", logprobs)
+
+
+def install(monkeypatch) -> types.ModuleType:
+    """Put this fake in sys.modules as `vllm` (and clear earlier instances)."""
+    module = types.ModuleType("vllm")
+    module.LLM = LLM
+    module.SamplingParams = SamplingParams
+    module.__spec__ = types.SimpleNamespace(name="vllm")  # importlib.util.find_spec finds it
+    LLM.instances = []
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    return module
