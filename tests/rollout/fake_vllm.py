@@ -130,12 +130,18 @@ def _complete(prompt: list[int], k: int, kw: dict) -> CompletionOutput:
     return CompletionOutput(k, cut, "stop" if cut[-1] == stop else "length", logprobs)
 
 
-def install(monkeypatch) -> types.ModuleType:
-    """Put this fake in sys.modules as `vllm` (and clear earlier instances)."""
+def make_module() -> types.ModuleType:
+    """A fresh `vllm` module object over this fake (earlier LLM instances forgotten)."""
     module = types.ModuleType("vllm")
     module.LLM = LLM
     module.SamplingParams = SamplingParams
     module.__spec__ = types.SimpleNamespace(name="vllm")  # importlib.util.find_spec finds it
     LLM.instances = []
+    return module
+
+
+def install(monkeypatch) -> types.ModuleType:
+    """Put this fake in sys.modules as `vllm` for one test."""
+    module = make_module()
     monkeypatch.setitem(sys.modules, "vllm", module)
     return module
