@@ -17,7 +17,11 @@ def test_vllm_matches_the_protocol(tiny_model_dir):
 
     tok = load_tokenizer(tiny_model_dir)
     model = load_causal_lm(tiny_model_dir, device="cuda")
-    engine = make_rollout_engine("vllm", True, model, tok, model_path=tiny_model_dir, gpu_memory_utilization=0.2)
+    from ppokit.args import load_arguments
+
+    args = load_arguments(None, overrides=dict(max_prompt_len=64, max_dec_len=16, max_length=80, seed=0))
+    engine = make_rollout_engine("vllm", True, model, tok, model_path=tiny_model_dir, args=args,
+                                 gpu_memory_utilization=0.2)
     assert isinstance(engine, VLLMRolloutEngine)
     prompts = [tok("hello").input_ids, tok("hi there").input_ids]
     out = engine.generate(prompts, SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=1))
@@ -26,6 +30,8 @@ def test_vllm_matches_the_protocol(tiny_model_dir):
         assert (reason == "length") == (len(ids) == 8 and tok.eos_token_id not in ids)
     again = engine.generate(prompts, SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=1))
     assert again.response_ids == out.response_ids
+    assert [len(lp) for lp in out.logprobs] == [len(ids) for ids in out.response_ids]
+    assert all(v <= 0 for lp in out.logprobs for v in lp)
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(0.0)
