@@ -51,36 +51,37 @@ def hf_state_by_module(model) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """
     base = plain_model(model)
     inside_lora: list[str] = []
-    with torch.no_grad():
-        for name, module in base.named_modules():
-            if any(name.startswith(p + ".") for p in inside_lora):
-                continue
-            if _is_lora_layer(module):
-                inside_lora.append(name)
-                params = list(module.parameters())
-            else:
-                params = list(module.parameters(recurse=False))
-            buffers = [(k, b) for k, b in module.named_buffers(recurse=False)
-                       if k not in module._non_persistent_buffers_set]
-            if not params and not buffers:
-                continue
-            with gathered_params(params):
-                yield _module_tensors(name, module, buffers)
+    for name, module in base.named_modules():
+        if any(name.startswith(p + ".") for p in inside_lora):
+            continue
+        if _is_lora_layer(module):
+            inside_lora.append(name)
+            params = list(module.parameters())
+        else:
+            params = list(module.parameters(recurse=False))
+        if not params and not _persistent_buffers(module):
+            continue
+        with gathered_params(params):
+            yield _module_tensors(name, module)
 
 
-def _module_tensors(name: str, module, buffers) -> list[tuple[str, torch.Tensor]]:
+def _persistent_buffers(module) -> list[tuple[str, torch.Tensor]]:
+    return [(k, b) for k, b in module.named_buffers(recurse=False) if k not in module._non_persistent_buffers_set]
+
+
+@torch.no_grad()
+def _module_tensors(name: str, module) -> list[tuple[str, torch.Tensor]]:
+    """(HF name, detached tensor) of one module's own parameters and persistent buffers; a LoRA layer gives its
+    base layer's, with the adapters' delta added to the weight."""
     prefix = f"{name}." if name else ""
-    if _is_lora_layer(module):
-        out = []
-        base_layer = module.base_layer
-        delta = _lora_delta(module)
-        for key, tensor in base_layer.named_parameters(recurse=False):
-            if key == "weight" and delta is not None:
-                tensor = tensor + delta.to(tensor.dtype)
-            out.append((prefix + key, tensor))
-        return out + [(prefix + k, b) for k, b in base_layer.named_buffers(recurse=False)
-                      if k not in base_layer._non_persistent_buffers_set]
-    return [(prefix + k, p) for k, p in module.named_parameters(recurse=False)] + [(prefix + k, b) for k, b in buffers]
+    delta = _lora_delta(module)
+    owner = module.base_layer if _is_lora_layer(module) else module
+    out = []
+    for key, tensor in owner.named_parameters(recurse=False):
+        if key == "weight" and delta is not None:
+            tensor = tensor + delta.to(tensor.dtype)
+        out.append((prefix + key, tensor.detach()))
+    return out + [(prefix + k, b) for k, b in _persistent_buffers(owner)]
 
 
 def gathered_params(params: list):
