@@ -42,34 +42,7 @@ for engine in "${engines[@]}"; do
         --rollout_engine "$engine" --max_steps "$STEPS" --global_batch_size 32 --global_mini_batch_size 32 \
         --learning_rate 1e-5 --output_dir "$run" --logging_dir "$run/vdl" --save_strategy no \
         --evaluation_strategy no --disable_tqdm true
-    if ! "$PYTHON" - "$run" "$STEPS" "$MAX_DIFF" "$engine" <<'EOF'
-import json
-import sys
-from pathlib import Path
-
-run, steps, max_diff, engine = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
-diffs = [r["rollout/logprob_diff"] for r in rows if "rollout/logprob_diff" in r]
-maxes = [r["rollout/logprob_diff/max"] for r in rows if "rollout/logprob_diff/max" in r]
-print(f"{engine}: reward/mean per step {[round(x, 3) for x in rewards]}")
-print(f"{engine}: rollout/logprob_diff per step {[round(x, 4) for x in diffs]} (max |diff| {[round(x, 3) for x in maxes]})")
-problems = []
-if len(rewards) != steps:
-    problems.append(f"expected {steps} logged steps with reward/mean, found {len(rewards)}")
-elif not rewards[-1] > rewards[0]:
-    problems.append(f"reward/mean did not rise: first step {rewards[0]:.3f}, last step {rewards[-1]:.3f} "
-                    "(a noisy check over few steps: rerun with STEPS=10 before suspecting the trainer)")
-if len(diffs) != steps:
-    problems.append(f"expected rollout/logprob_diff on every step, found it on {len(diffs)}")
-elif max(diffs) > max_diff:
-    problems.append(f"rollout/logprob_diff reached {max(diffs):.4f} > {max_diff}: the engine's and the trainer's "
-                    "log-probs disagree (wrong weights synced, wrong temperature, or precision); see docs/scaling.md")
-for p in problems:
-    print(f"{engine}: FAIL: {p}")
-print(f"{engine}: {'FAIL' if problems else 'PASS'}")
-sys.exit(1 if problems else 0)
-EOF
+    if ! "$PYTHON" scripts/gpu_smoke_check.py "$run" "$STEPS" "$MAX_DIFF" "$engine"
     then
         status=1
     fi
