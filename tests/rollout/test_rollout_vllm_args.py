@@ -81,3 +81,14 @@ def test_sampling_arguments_with_logprobs():
     assert vllm_sampling_kwargs(s, [151645, 151643], logprobs=True) == dict(
         n=8, max_tokens=2048, min_tokens=32, temperature=1.0, top_p=1.0, top_k=-1, repetition_penalty=1.0,
         stop_token_ids=[151645, 151643], skip_special_tokens=False, detokenize=False, logprobs=0)
+
+
+def test_verls_rollout_keys_reach_the_engine_arguments():
+    from ppokit.main_ppo import parse_main_ppo
+
+    args, _, _ = parse_main_ppo(["actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+                                 "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+                                 "actor_rollout_ref.rollout.max_num_seqs=128"])
+    kwargs = vllm_engine_kwargs(args, "/m", tp_layout(5, 8, rollout_tp_degree(args)), torch.bfloat16)
+    assert (kwargs["gpu_memory_utilization"], kwargs["tensor_parallel_size"], kwargs["max_num_seqs"]) == (0.3, 4, 128)
+    assert kwargs["seed"] == args.seed + 1  # rank 5 is in the second TP group of 4
