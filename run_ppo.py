@@ -3,18 +3,7 @@
 import sys
 
 from ppokit.args import parse_cli
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that report a user's mistake or a failed reward source: shown as a sentence, no traceback."""
-    from ppokit.args import ConfigError
-    from ppokit.checkpoint import CheckpointError
-    from ppokit.data import DataError
-    from ppokit.models import ModelNotFoundError
-    from ppokit.rewards import RewardError, RewardServerError
-    from ppokit.tasks import TaskError
-
-    return (ConfigError, CheckpointError, DataError, ModelNotFoundError, RewardError, RewardServerError, TaskError)
+from ppokit.errors import PpokitError, exit_with_sentence
 
 
 def main() -> None:
@@ -24,9 +13,8 @@ def main() -> None:
 
     try:
         Session(args).train()
-    except user_errors() as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    except PpokitError as exc:  # a user's mistake or a failed reward source: a sentence, no traceback
+        exit_with_sentence(exc)
 
 
 if __name__ == "__main__":

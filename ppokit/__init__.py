@@ -2,7 +2,9 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["Session", "__version__"]
+from ppokit.errors import PpokitError
+
+__all__ = ["PpokitError", "Session", "__version__"]
 
 
 def __getattr__(name):

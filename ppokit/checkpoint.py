@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ppokit.engine import barrier, rank, world_size
+from ppokit.errors import PpokitError
 from ppokit.models.folders import WeightsError, load_weights, save_adapter, save_hf
 
 logger = logging.getLogger("ppokit")
@@ -52,7 +53,7 @@ HARMLESS_KEYS = ("max_steps", "num_train_epochs", "resume_from_checkpoint", "for
 HARMLESS_PREFIXES = ("logging_", "eval_", "save_")
 
 
-class CheckpointError(Exception):
+class CheckpointError(PpokitError):
     """A checkpoint cannot be written or used (missing, incomplete, or made with different arguments)."""
 
 

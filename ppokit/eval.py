@@ -165,17 +165,13 @@ def run(ns: argparse.Namespace) -> tuple[dict[str, float], list[dict], str, dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ppokit.args import ConfigError
-    from ppokit.data import DataError
-    from ppokit.models.loading import ModelNotFoundError
-    from ppokit.rewards import RewardError
-    from ppokit.tasks import TaskError
+    from ppokit.errors import PpokitError
 
     parser = build_parser()
     ns = parser.parse_args(argv)
     try:
         metrics, samples, path, prompts, args = run(ns)
-    except (ConfigError, DataError, ModelNotFoundError, RewardError, TaskError, ValueError, OSError) as exc:
+    except (PpokitError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if ns.json:

@@ -22,13 +22,15 @@ from pathlib import Path
 
 import torch
 
+from ppokit.errors import PpokitError
+
 logger = logging.getLogger("ppokit")
 
 ADAPTER_CONFIG = "adapter_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class ExportError(Exception):
+class ExportError(PpokitError):
     """The source cannot be exported (nothing to export, or the destination is in the way)."""
 
 

@@ -24,6 +24,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ppokit.errors import PpokitError
+
 PROG = "python -m ppokit.launch"
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 TORCHRUN = ("-m", "torch.distributed.run")
@@ -50,7 +52,7 @@ Example: {EXAMPLE}
 """
 
 
-class LaunchError(ValueError):
+class LaunchError(PpokitError, ValueError):
     """A mistake in the launcher's arguments; the message is a sentence the user can act on."""
 
 

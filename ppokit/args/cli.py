@@ -7,6 +7,8 @@ import logging
 import sys
 from typing import Any
 
+from ppokit.errors import PpokitError
+
 from .arguments import Arguments
 from .argv import split_options
 from .batch import batch_plan
@@ -61,7 +63,7 @@ def parse_cli(argv: list[str]) -> Arguments:
         args = _load(argv)
         if "print_config" in keys:
             text = json.dumps(resolved_config(args), indent=2)
-    except ConfigError as exc:
+    except PpokitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     if "print_config" in keys:

@@ -13,6 +13,7 @@ from ppokit.data.errors import DataError
 from ppokit.data.prepare import LAYOUTS, prepare, write_jsonl
 from ppokit.data.render import render_plain, render_prompt
 from ppokit.data.specs import load_task_config, load_with_formats
+from ppokit.errors import PpokitError
 from ppokit.tasks import TASKS, TaskError, get
 
 
@@ -152,6 +153,6 @@ def main(argv: list[str] | None = None) -> int:
         return {"prepare": _prepare, "generate": _generate}.get(args.command, lambda a, _e: _check(a))(
             args, extra
         )
-    except (DataError, TaskError) as err:
+    except PpokitError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -13,9 +13,10 @@ from pathlib import Path
 import torch
 
 from ppokit.engine import rank
+from ppokit.errors import PpokitError
 
 
-class WeightsError(ValueError):
+class WeightsError(PpokitError, ValueError):
     """Saved weights that are missing or do not fit the module they are loaded into."""
 
 

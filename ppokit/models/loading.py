@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from ppokit.errors import PpokitError
+
 log = logging.getLogger("ppokit")
 
 # alias -> (python package holding the file, file name, how to install the package)
@@ -39,7 +41,7 @@ PAD_CANDIDATES = ("<pad>", "<|pad|>", "<|finetune_right_pad_id|>", "<|endoftext|
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-class ModelNotFoundError(Exception):
+class ModelNotFoundError(PpokitError):
     """The model the configuration names cannot be found locally; the message says how to get it."""
 
 

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from ppokit.rewards.errors import RewardError
+from ppokit.errors import PpokitError
 from ppokit.rewards.server import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY_BYTES,
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError("--workers must be at least 1")
         spec = _spec(ns)
         app = app_from_spec(spec)  # also checks the scorer loads before any worker starts
-    except (ValueError, RewardError) as exc:
+    except (ValueError, PpokitError) as exc:
         parser.error(str(exc))
     where = f"{'https' if ns.ssl_certfile else 'http'}://{ns.host}:{ns.port}"
     print(f"ppokit reward server on {where} (token {'required' if ns.token else 'not required'}); "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ppokit.errors import PpokitError
 
-class RewardError(Exception):
+
+class RewardError(PpokitError):
     """A reward could not be computed: a function raised, returned NaN/None/a non-number or the wrong
     number of values, or was misconfigured. `index` and `source` name the offending record when known."""
 
@@ -13,7 +15,7 @@ class RewardError(Exception):
         self.source = source
 
 
-class RewardServerError(Exception):
+class RewardServerError(PpokitError):
     """The reward server could not score a batch: it was unreachable or failing after every retry,
     answered 4xx (a bad request, not retried), or sent a malformed answer."""
 

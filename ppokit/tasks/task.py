@@ -8,8 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ppokit.errors import PpokitError
 
-class TaskError(ValueError):
+
+class TaskError(PpokitError, ValueError):
     """A user mistake about a task: unknown name, bad difficulty option, record without a reference."""
 
 

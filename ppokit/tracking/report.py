@@ -25,6 +25,7 @@ from datetime import datetime
 from html import escape
 from pathlib import Path
 
+from ppokit.errors import PpokitError
 from ppokit.tracking.jsonl import read_jsonl
 from ppokit.tracking.svg import Series, bar_chart, fmt_number, line_chart
 
@@ -54,7 +55,7 @@ padding:6px;margin:4px 0;font-size:12px;max-height:360px;overflow:auto}
 """
 
 
-class ReportError(Exception):
+class ReportError(PpokitError):
     """The output directory cannot be reported on (message says why and what to do)."""
 
 

@@ -10,7 +10,7 @@ import torch
 
 from ppokit.algos import algorithm
 from ppokit.algos.kl import AdaptiveKL, FixedKL, make_kl_controller
-from ppokit.args import Arguments, BatchPlan, batch_plan, check_lengths
+from ppokit.args import Arguments, BatchPlan, ConfigError, batch_plan, check_lengths
 from ppokit.data import PromptLoader
 from ppokit.engine import DistInfo
 from ppokit.rollout import RolloutEngine
@@ -129,7 +129,7 @@ def build_data(args, tokenizer, plan):
     """Train (and eval) records, rendered and encoded once, and the seeded prompt loader."""
     raw = load_records(args, args.train_datasets, args.train_task_config)
     if not raw:
-        raise ValueError("no training data: set train_datasets (a .jsonl/.json/.parquet path) or train_task_config")
+        raise ConfigError("no training data: set train_datasets (a .jsonl/.json/.parquet path) or train_task_config")
     if args.train_data_size:
         raw = raw[: args.train_data_size]
     from ppokit.data import encode_prompts
@@ -160,7 +160,7 @@ def split_off_eval(train: list[dict], ratio: float, seed: int) -> tuple[list[dic
     random.Random(seed).shuffle(prompts)
     held = set(prompts[: max(1, round(ratio * len(prompts)))])
     if len(held) >= len(prompts):
-        raise ValueError(f"eval_split_ratio={ratio} would leave no training prompts ({len(prompts)} distinct); "
+        raise ConfigError(f"eval_split_ratio={ratio} would leave no training prompts ({len(prompts)} distinct); "
                          "lower it or set eval_datasets")
     evals, seen = [], set()
     for r in train:

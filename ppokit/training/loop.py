@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import math
 
+from ppokit.args import ConfigError
+
 logger = logging.getLogger("ppokit")
 
 
@@ -52,7 +54,7 @@ def save_due(args, step: int, new_epoch: bool) -> bool:
 
 def check_eval_data(session) -> None:
     if session.args.do_eval and not session.state.eval_records:
-        raise ValueError("do_eval is on but there are no eval prompts: set eval_datasets (or eval_task_config; "
+        raise ConfigError("do_eval is on but there are no eval prompts: set eval_datasets (or eval_task_config; "
                          "prompts that also appear in the training data are removed), or set do_eval: false")
 
 
