@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # torch is imported when rewards are combined, so the server 
     import torch
 
 RESERVED_FIELDS = ("label", "task", "source", "records")
+FLOAT32_MAX = 3.4028234663852886e38  # rewards are combined and trained in float32; larger values become inf
 
 
 class RewardFn(Protocol):
@@ -104,12 +105,12 @@ def _call(reward: NamedReward, prompts, responses, fields, records) -> Sequence[
         return reward.fn(list(prompts), list(responses), **kwargs)
     except RewardError as exc:
         raise RewardError(f"reward function {reward.name!r}: {exc}", exc.index, exc.source) from exc
-    except Exception as exc:
-        if reward.locate_errors and len(responses) > 1:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: a user function must not end the run silently
+        if reward.locate_errors and len(responses) > 1 and isinstance(exc, Exception):
             for i in range(len(responses)):
                 try:
                     reward.fn(list(prompts[i : i + 1]), list(responses[i : i + 1]), **_subset(kwargs, i))
-                except Exception as one:
+                except BaseException as one:
                     raise RewardError(
                         f"reward function {reward.name!r} raised {type(one).__name__}: {one} "
                         f"on {_where(i, records)}; fix the function or that record",
@@ -173,10 +174,10 @@ def check_values(reward: NamedReward, values: Any, records: Sequence[dict]) -> l
                 i,
                 records[i].get("source"),
             )
-        if not math.isfinite(number):
+        if not math.isfinite(number) or abs(number) > FLOAT32_MAX:
             raise RewardError(
                 f"reward function {reward.name!r} returned {number} for {_where(i, records)}; "
-                "a reward must be a finite number",
+                f"a reward must be a finite number in float32, the training dtype (|r| <= {FLOAT32_MAX:.3g})",
                 i,
                 records[i].get("source"),
             )
@@ -225,6 +226,12 @@ def compute_rewards(
         tensor = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32)
         per_fn[reward.name] = tensor
         total = total + float(reward.weight) * tensor
+    overflow = torch.isinf(total).nonzero().flatten().tolist()
+    if overflow:
+        i = overflow[0]
+        raise RewardError(
+            f"the weighted sum of the rewards ({', '.join(f'{f.name} x {f.weight:g}' for f in fns)}) is not finite "
+            f"in float32 for {_where(i, records)}; lower the weights or the values", i, records[i].get("source"))
     return total, per_fn
 
 

@@ -259,3 +259,32 @@ def test_build_server_client_and_its_error_modes():
         build_reward_functions(args(use_rm_server=True))
     with pytest.raises(RewardError, match="reward_on_error"):
         build_reward_functions(args(use_rm_server=True, reward_server="http://127.0.0.1:1", reward_on_error="zero"))
+
+
+def test_value_that_overflows_float32_is_refused_naming_function_and_record():
+    huge = NamedReward("huge", lambda p, r, **f: [0.5, 1e300, 0.0])
+    with pytest.raises(RewardError, match=r"'huge' returned 1e\+300 for record 1 \(source 'data.jsonl:2'\).*float32"):
+        compute_rewards([huge], PROMPTS, RESPONSES, RECORDS)
+
+
+def test_weighted_sum_that_overflows_float32_is_refused():
+    big = NamedReward("big", lambda p, r, **f: [3e38, 1.0, 1.0], weight=2.0)
+    with pytest.raises(RewardError, match=r"weighted sum .* record 0"):
+        compute_rewards([big], PROMPTS, RESPONSES, RECORDS)
+
+
+class Halt(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("exc", [SystemExit(0), KeyboardInterrupt(), Halt("stop")], ids=lambda e: type(e).__name__)
+def test_base_exception_from_a_reward_function_is_a_reward_error(exc):
+    calls = []
+
+    def leaves(prompts, responses, **fields):
+        calls.append(len(responses))
+        raise exc
+
+    with pytest.raises(RewardError, match=rf"'leaves' raised {type(exc).__name__}.*batch of 3 records"):
+        compute_rewards([NamedReward("leaves", leaves)], PROMPTS, RESPONSES, RECORDS)
+    assert calls == [3]  # not called again record by record: the function asked to stop
