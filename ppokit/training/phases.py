@@ -19,7 +19,8 @@ from dataclasses import replace
 import torch
 
 from ppokit.algos.advantages import overlong_penalty, zero_std_groups
-from ppokit.rewards import compute_rewards, skipped_groups
+from ppokit.args import ConfigError
+from ppokit.rewards import RewardServerError, compute_rewards, skipped_groups
 from ppokit.rollout import SamplingParams
 from ppokit.training.actor import actor_update
 from ppokit.training.advantage import with_advantages
@@ -90,7 +91,7 @@ def dynamic_sampling_rollout(state, args) -> RolloutBatch:
     while all_ranks_min(have) < need:  # every rank draws as often, so the loaders stay in step
         rounds += 1
         if args.max_gen_batches > 0 and rounds > args.max_gen_batches:
-            raise RuntimeError(
+            raise ConfigError(
                 f"dynamic_sampling: after {args.max_gen_batches} generation rounds only {have} of {need} "
                 "prompt groups had rewards that differ; raise max_gen_batches, make the task easier/harder, "
                 "or turn dynamic_sampling off"
@@ -143,7 +144,10 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
         total = total[keep]
         batch = batch.select(keep.nonzero().squeeze(1))
         if len(batch) == 0:
-            raise RuntimeError("every group of this step failed to get a reward from the reward server")
+            raise RewardServerError(
+                f"reward_on_error is skip_group and every one of the {n_skipped} prompt groups of this step failed "
+                "to get a reward, so there is nothing to train on; check that the reward server is up and "
+                "answering (see its log), or set reward_on_error: raise to see the first failure")
     if args.enable_overlong_reward_buffer:
         penalty = overlong_penalty(batch.response_lengths, args.max_dec_len, args.overlong_reward_buffer,
                                    args.overlong_penalty_factor)
