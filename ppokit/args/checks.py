@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from .arguments import Arguments
 from .errors import ConfigError
 
@@ -47,3 +50,20 @@ def check_lengths(args: Arguments, model_max_positions: int | None) -> None:
         raise ConfigError(
             f"max_length={args.max_length} exceeds the model's {model_max_positions} positions "
             f"(max_position_embeddings); set max_length <= {model_max_positions}.")
+
+
+def local_model_positions(name_or_path: str) -> int | None:
+    """max_position_embeddings from a local model folder's config.json, read without loading the model
+    (None for an alias, a .gguf file or a folder without one)."""
+    config = Path(name_or_path) / "config.json"
+    try:
+        value = json.loads(config.read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+def startup_checks(args: Arguments) -> None:
+    """What the run checks at start-up that needs more than the arguments, done without loading a model, so
+    `--print_config` refuses what the run would refuse."""
+    check_lengths(args, local_model_positions(args.actor_model_name_or_path))

@@ -12,6 +12,7 @@ from ppokit.errors import PpokitError
 from .arguments import Arguments
 from .argv import split_options
 from .batch import batch_plan
+from .checks import startup_checks
 from .errors import ConfigError
 from .fieldinfo import type_name
 from .loader import env_world_size, load_arguments
@@ -62,6 +63,7 @@ def parse_cli(argv: list[str]) -> Arguments:
     try:
         args = _load(argv)
         if "print_config" in keys:
+            startup_checks(args)  # a config that prints clean also starts
             text = json.dumps(resolved_config(args), indent=2)
     except PpokitError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -7,6 +7,7 @@ from typing import Any
 
 from .arguments import Arguments
 from .batch import batch_plan
+from .errors import ConfigError
 
 NORM_OFF_ALGORITHMS = frozenset({"grpo", "drgrpo", "dapo", "rloo"})
 """PaddleNLP turns normalize_reward/advantage off for grpo; ppokit does so for its group variants too."""
@@ -21,6 +22,7 @@ def derive(args: Arguments, world_size: int) -> tuple[dict[str, Any], list[str]]
     _eval_rules(args, updates)
     _misc_rules(args, updates, notes)
     _algorithm_presets(args, updates, notes)
+    _overlong_buffer(args, updates, notes)
     return updates, notes
 
 
@@ -41,6 +43,24 @@ def _algorithm_presets(args: Arguments, updates: dict, notes: list[str]) -> None
         updates.update(applied)
         listed = ", ".join(f"{k}={v}" for k, v in applied.items())
         notes.append(f"rl_algorithm={args.rl_algorithm} sets {listed} (the paper's recipe; set a key to override it).")
+
+
+def _overlong_buffer(args: Arguments, updates: dict, notes: list[str]) -> None:
+    """DAPO's soft overlong penalty starts at max_dec_len - overlong_reward_buffer. PaddleNLP's fixed default
+    of 256 would penalise every response when max_dec_len <= 256, so an unset buffer is a fifth of
+    max_dec_len (verl's DAPO recipe: 4096 of 20480); a set one must leave room for an unpenalised answer."""
+    if not updates.get("enable_overlong_reward_buffer", args.enable_overlong_reward_buffer):
+        return
+    if "overlong_reward_buffer" in args.model_fields_set:
+        if args.overlong_reward_buffer >= args.max_dec_len:
+            raise ConfigError(
+                f"overlong_reward_buffer={args.overlong_reward_buffer} is not shorter than max_dec_len="
+                f"{args.max_dec_len}, so every response would be penalised from its first token; set it to about "
+                f"a fifth of max_dec_len ({max(args.max_dec_len // 5, 1)}) or leave it unset.")
+        return
+    buffer = updates["overlong_reward_buffer"] = max(args.max_dec_len // 5, 1)
+    notes.append(f"overlong shaping is on: overlong_reward_buffer={buffer} (a fifth of max_dec_len="
+                 f"{args.max_dec_len}); responses up to {args.max_dec_len - buffer} tokens are never penalised.")
 
 
 def _batch_rules(args: Arguments, world_size: int, updates: dict, notes: list[str]) -> None:

@@ -91,7 +91,9 @@ class RLTrainingArguments(BaseModel):
     enable_overlong_reward_buffer: bool = Field(
         False, description="DAPO overlong penalty for responses reaching the last overlong_reward_buffer "
         "tokens before max_dec_len.")
-    overlong_reward_buffer: int = Field(256, ge=1, description="Length (tokens) of the soft overlong-penalty buffer.")
+    overlong_reward_buffer: int = Field(
+        256, ge=1, description="Length (tokens) of the soft overlong-penalty buffer; when overlong shaping is on "
+        "and this is unset, a fifth of max_dec_len (verl's DAPO recipe) instead of PaddleNLP's fixed 256.")
     overlong_penalty_factor: float = Field(1.0, description="Scale of the overlong penalty added to the reward.")
     dynamic_sampling: bool = Field(
         False, description="DAPO dynamic sampling: drop groups with zero reward variance and generate "

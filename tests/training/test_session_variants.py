@@ -5,6 +5,7 @@ import torch
 from session_helpers import distinct_chars, tiny_overrides
 
 from ppokit.args import load_arguments
+from ppokit.errors import PpokitError
 from ppokit.session import Session
 
 
@@ -46,7 +47,7 @@ def test_dapo_dynamic_sampling_keeps_only_informative_groups(tiny_model_path, pr
 def test_dapo_gives_up_after_max_gen_batches(tiny_model_path, prompts_file, tmp_path):
     s = make(tiny_model_path, prompts_file, tmp_path, reward=lambda p, r, **k: [1.0] * len(r),
              rl_algorithm="dapo", max_gen_batches=2)
-    with pytest.raises(RuntimeError, match="max_gen_batches"):
+    with pytest.raises(PpokitError, match="max_gen_batches"):
         s.rollout()
 
 
