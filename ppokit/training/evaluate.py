@@ -8,6 +8,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import replace
 
+from ppokit.args import ConfigError
 from ppokit.rewards import compute_rewards
 
 
@@ -81,7 +82,7 @@ def eval_records(state, args) -> list[dict]:
     """The eval prompts this evaluation uses: all of them, or `max_evaluate_steps` batches of them."""
     records = state.eval_records
     if not records:
-        raise ValueError("evaluate() needs eval data: set eval_datasets (or eval_task_config)")
+        raise ConfigError("evaluate() needs eval data: set eval_datasets (or eval_task_config)")
     per_call = max(1, args.per_device_eval_batch_size)
     if args.max_evaluate_steps and args.max_evaluate_steps > 0:
         records = records[: args.max_evaluate_steps * per_call]

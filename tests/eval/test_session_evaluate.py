@@ -8,6 +8,7 @@ import logging
 import pytest
 from eval_helpers import Recorder, prompt_rows, tiny_session, write_jsonl
 
+from ppokit.args import ConfigError
 from ppokit.training.evaluate import pass_at_k
 
 
@@ -99,8 +100,8 @@ def test_epoch_strategy_evaluates_when_the_prompts_start_over(tiny_model_dir, tm
 
 def test_do_eval_without_eval_prompts_fails_before_training(tiny_model_dir, tmp_path):
     s = tiny_session(tiny_model_dir, tmp_path, do_eval=True)
-    with pytest.raises(ValueError, match="do_eval is on but there are no eval prompts"):
+    with pytest.raises(ConfigError, match="do_eval is on but there are no eval prompts"):
         s.train()
     assert s.global_step == 0
-    with pytest.raises(ValueError, match="set eval_datasets"):
+    with pytest.raises(ConfigError, match="set eval_datasets"):
         s.evaluate()
