@@ -27,6 +27,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ppokit.checkpoint_guard import (
+    DamagedCheckpointError,
+    abandon_newer,
+    optimizer_settings,
+    read_state,
+    reading,
+    reapply_optimizer_settings,
+)
 from ppokit.engine import barrier, rank, world_size
 from ppokit.errors import PpokitError
 from ppokit.models.folders import WeightsError, load_weights, save_adapter, save_hf
@@ -129,7 +137,13 @@ def find_checkpoint(spec, output_dir: str | Path) -> Path:
         if not found:
             raise CheckpointError(f"resume_from_checkpoint: there is no complete checkpoint-<step> folder in {output_dir}; "
                                   "train without resume_from_checkpoint, or point it at a checkpoint folder")
-        return found[-1]
+        for path in reversed(found[1:]):  # the newest whose trainer_state.json reads; the oldest is tried on load
+            try:
+                read_state(path, STATE_FILE)
+                return path
+            except DamagedCheckpointError as exc:
+                logger.warning("resume_from_checkpoint=auto skips %s: %s", path.name, exc)
+        return found[0]
     path = Path(str(spec))
     if not path.is_dir() and (Path(output_dir) / path).is_dir():
         path = Path(output_dir) / path
@@ -289,8 +303,8 @@ def check_arguments(path: Path, saved: dict, args) -> None:
     if changed and is_rank0():
         logger.warning("force_resume: resuming %s although these arguments changed: %s", path, listing)
     others = [k for k in current if k in saved and saved[k] != current[k] and k not in changed and not is_harmless(k)]
-    if others and is_rank0():
-        logger.warning("resuming %s with changed arguments: %s", path,
+    if others and is_rank0():  # optimizer keys among them are applied by load_actor (reapply_optimizer_settings)
+        logger.warning("resuming %s with changed arguments (they apply from the next step): %s", path,
                        "; ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in others))
 
 
@@ -299,10 +313,13 @@ def load_actor(session, path: Path, saved: dict) -> None:
     schedules = saved.get("schedules") or {}
     engine = st.policy.engine
     if (path / "actor_ds").is_dir():
-        load, _ = engine.load_checkpoint(str(path / "actor_ds"), tag="state", load_optimizer_states=True,
-                                         load_lr_scheduler_states=True)
+        wanted = optimizer_settings(engine)  # what the current arguments built; the checkpoint's replace them
+        with reading(path / "actor_ds"):
+            load, _ = engine.load_checkpoint(str(path / "actor_ds"), tag="state", load_optimizer_states=True,
+                                             load_lr_scheduler_states=True)
         if load is None:
-            raise CheckpointError(f"DeepSpeed could not load {path / 'actor_ds'}; the checkpoint is damaged")
+            raise DamagedCheckpointError(f"DeepSpeed found no state in {path / 'actor_ds'}; the checkpoint is damaged")
+        reapply_optimizer_settings(engine, wanted, "actor", announce=is_rank0())
     else:
         adapter = path / "actor_adapter"
         try:
@@ -313,7 +330,10 @@ def load_actor(session, path: Path, saved: dict) -> None:
         fast_forward_schedule(engine, schedules.get("actor"))
         logger.info("%s has no optimizer state (ignore_save_lr_and_optim): Adam's moments start from zero", path)
     if st.critic is not None:
-        st.critic.load(path)
+        wanted = optimizer_settings(st.critic.engine)
+        with reading(path / ("critic_ds" if (path / "critic_ds").is_dir() else "critic")):
+            st.critic.load(path)
+        reapply_optimizer_settings(st.critic.engine, wanted, "critic", announce=is_rank0())
         if not (path / "critic_ds").is_dir():
             refresh_master_weights(st.critic.engine)
             fast_forward_schedule(st.critic.engine, schedules.get("critic"))
@@ -338,9 +358,25 @@ def resume_into(session, spec) -> Path:
     """Load a checkpoint into a freshly built Session so the next step is the one the run would have taken.
 
     All ranks call it. Rows after the checkpoint's step are dropped from metrics.jsonl and samples.jsonl.
+    With `auto`, a damaged checkpoint is skipped (with a warning) for the next older one.
     """
     path = find_checkpoint(spec, session.args.output_dir)
-    saved = json.loads((path / STATE_FILE).read_text())
+    if not is_auto(spec):
+        return resume_from(session, path)
+    older = [p for p in complete_checkpoints(session.args.output_dir) if p.name != path.name
+             and int(p.name.split("-")[1]) < int(path.name.split("-")[1])]
+    candidates = [path, *reversed(older)]
+    for candidate in candidates[:-1]:
+        try:
+            return resume_from(session, candidate)
+        except DamagedCheckpointError as exc:
+            logger.warning("resume_from_checkpoint=auto skips %s: %s", candidate.name, exc)
+    return resume_from(session, candidates[-1])
+
+
+def resume_from(session, path: Path) -> Path:
+    """`resume_into` for one checkpoint folder."""
+    saved = read_state(path, STATE_FILE)
     if saved.get("format", 1) > FORMAT_VERSION:
         raise CheckpointError(f"{path} was written by a newer ppokit (checkpoint format {saved['format']}); "
                               "upgrade ppokit to resume it")
@@ -350,18 +386,20 @@ def resume_into(session, spec) -> Path:
         raise CheckpointError(f"{path} was saved by {saved['world_size']} processes but this run has {world}; "
                               "resume with the same number of processes")
     rng_file = path / f"rng_state_{rank()}.pt"
+    with reading(rng_file):
+        rng = torch.load(rng_file, weights_only=False)
     load_actor(session, path, saved)
     restore_counters(session, saved)
-    newer = [p.name for p in complete_checkpoints(path.parent) if p.name != path.name
+    newer = [p for p in complete_checkpoints(path.parent) if p.name != path.name
              and int(p.name.split("-")[1]) > session.global_step]
+    barrier()  # every rank has loaded before rank 0 moves anything
     if newer and is_rank0() and path.parent.resolve() == Path(session.args.output_dir).resolve():
-        logger.warning("resuming from %s although %s are newer; they are replaced as this run reaches their steps",
-                       path.name, ", ".join(newer))
+        abandon_newer(path.parent, path, newer)
     session.resume_step = session.global_step
     if session._tracker is not None:
         session._tracker.truncate_after(session.global_step)
     session.tracker  # noqa: B018 - opened now (continuing the run's files), before the RNG is restored
-    set_rng_state(torch.load(rng_file, weights_only=False))
+    set_rng_state(rng)
     logger.info("resumed from %s at step %d", path, session.global_step)
     return path
 

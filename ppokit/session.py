@@ -130,16 +130,16 @@ class Session:
     @classmethod
     def resume(cls, output_dir: str, **overrides) -> Session:
         """Rebuild the run saved in `output_dir` (newest complete checkpoint) and continue from it."""
-        import json
-
         from ppokit.checkpoint import STATE_FILE, find_checkpoint, resume_into
+        from ppokit.checkpoint_guard import read_state
 
-        path = find_checkpoint("auto", output_dir) if not str(output_dir).rstrip("/").split("/")[-1].startswith(
-            "checkpoint-") else find_checkpoint(output_dir, output_dir)
-        saved = json.loads((path / STATE_FILE).read_text())["config"]
+        is_run = not str(output_dir).rstrip("/").split("/")[-1].startswith("checkpoint-")
+        path = find_checkpoint("auto", output_dir) if is_run else find_checkpoint(output_dir, output_dir)
+        saved = read_state(path, STATE_FILE).get("config", {})
+        saved["output_dir"] = str(path.parent)  # where the run is now, also when its folder was moved or copied
         saved.update(overrides)
         session = cls(load_arguments(None, overrides=saved))
-        resume_into(session, path)
+        resume_into(session, "auto" if is_run else path)  # auto: a damaged newest checkpoint falls back
         return session
 
     # ------------------------------------------------------------------ inspection

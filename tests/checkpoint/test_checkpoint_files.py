@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ppokit.args import Arguments
@@ -24,7 +26,7 @@ def fake_checkpoint(root, step, complete=True, prefix="checkpoint-"):
     (path / "actor").mkdir(parents=True)
     (path / "actor" / "model.safetensors").write_bytes(b"x")
     if complete:
-        (path / STATE_FILE).write_text("{}")
+        (path / STATE_FILE).write_text(json.dumps({"global_step": step, "args": {}, "loader": {}}))
     return path
 
 
@@ -85,3 +87,12 @@ def test_guard_key_lists_name_real_arguments():
     assert not [k for k in MEANING_KEYS if is_harmless(k)]
     assert is_harmless("max_steps") and is_harmless("logging_steps") and is_harmless("eval_steps")
     assert changed_meaning_keys({"rollout_n": 4, "max_steps": 10}, {"rollout_n": 8, "max_steps": 20}) == ["rollout_n"]
+
+
+def test_auto_skips_a_newest_checkpoint_whose_state_does_not_read(tmp_path, caplog):
+    fake_checkpoint(tmp_path, 2)
+    four = fake_checkpoint(tmp_path, 4)
+    broken = fake_checkpoint(tmp_path, 6)
+    (broken / STATE_FILE).write_text('{"global_step": 6, "args"')  # cut off mid-write by a full disk
+    assert find_checkpoint("auto", tmp_path) == four
+    assert "skips checkpoint-6" in caplog.text and "cannot be read as JSON" in caplog.text

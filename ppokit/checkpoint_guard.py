@@ -1,0 +1,154 @@
+"""What a resume checks and repairs beyond loading: unreadable checkpoint files, optimizer settings that changed
+since the checkpoint, and newer checkpoints that an older resume leaves off the run's line.
+
+- A checkpoint whose trainer_state.json, DeepSpeed state or RNG state cannot be read is a
+  `DamagedCheckpointError` naming the file; `auto` then falls back to the next older checkpoint.
+- DeepSpeed restores the optimizer's hyper-parameters (lr, betas, eps, weight_decay) and the LR schedule's
+  base value from the checkpoint. A changed `learning_rate` (or Adam key, critic ones too) would be logged as
+  changed yet ignored; `reapply_optimizer_settings` puts the values the current arguments built back, and
+  the schedule continues from the restored step with the new base value.
+- Resuming from an older checkpoint moves the newer ones to `output_dir/abandoned/` with a note, so `auto`,
+  `Session.resume` and export only ever see the run's current line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ppokit.errors import PpokitError
+
+logger = logging.getLogger("ppokit")
+
+ABANDONED_DIR = "abandoned"
+ABANDONED_NOTE = "NOTE.txt"
+HYPER_KEYS = ("betas", "eps", "weight_decay")
+
+
+class DamagedCheckpointError(PpokitError):
+    """A checkpoint file cannot be read (empty, truncated, not JSON, not a DeepSpeed state)."""
+
+
+# ------------------------------------------------------------------ reading
+
+
+def read_state(path: Path, state_file: str) -> dict:
+    """`path/state_file` as a dict with the keys a resume needs, or a DamagedCheckpointError naming the file."""
+    file = path / state_file
+    try:
+        state = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DamagedCheckpointError(f"{file} cannot be read as JSON ({exc}); the checkpoint is damaged: "
+                                     "resume from an older checkpoint-<step> or with 'auto'") from None
+    missing = [k for k in ("global_step", "args", "loader") if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise DamagedCheckpointError(f"{file} lacks {', '.join(missing)}; the checkpoint is damaged: resume from "
+                                     "an older checkpoint-<step> or with 'auto'")
+    return state
+
+
+@contextlib.contextmanager
+def reading(what: Path):
+    """Turn any failure while loading `what` (DeepSpeed/torch state) into a DamagedCheckpointError naming it.
+    Every torch file in it is first checked to be a whole zip archive (torch's format), to name the bad file."""
+    files = sorted(what.rglob("*.pt")) if what.is_dir() else [what]
+    for file in files:
+        if not zipfile.is_zipfile(file):
+            raise DamagedCheckpointError(f"{file} is missing or not a complete torch file (truncated, empty or overwritten); the "
+                                         "checkpoint is damaged: resume from an older checkpoint-<step> or with 'auto'")
+    try:
+        yield
+    except DamagedCheckpointError:
+        raise
+    except Exception as exc:  # torch.load / DeepSpeed raise many kinds on a truncated or garbage file
+        raise DamagedCheckpointError(f"{what} cannot be loaded ({type(exc).__name__}: {str(exc)[:200]}); the "
+                                     "checkpoint is damaged: resume from an older checkpoint-<step> or with "
+                                     "'auto'") from exc
+
+
+# ------------------------------------------------------------------ optimizer settings
+
+
+def optimizer_settings(engine) -> dict | None:
+    """The freshly built engine's optimizer settings (from the current arguments), before a checkpoint is loaded."""
+    scheduler = getattr(engine, "lr_scheduler", None)
+    optimizer = getattr(scheduler, "optimizer", None) or getattr(engine, "optimizer", None)
+    if optimizer is None:
+        return None
+    groups = [{k: group[k] for k in HYPER_KEYS if k in group} for group in optimizer.param_groups]
+    base = list(getattr(scheduler, "base_lrs", None) or [g["lr"] for g in optimizer.param_groups])
+    return {"groups": groups, "base_lrs": base}
+
+
+def reapply_optimizer_settings(engine, before: dict | None, name: str, announce: bool = True) -> list[str]:
+    """After loading a checkpoint into `engine`, put back the settings of `before` that differ; the LR schedule
+    continues from the restored step with the new base value. Returns the changes as 'name key: old -> new'
+    (logged when `announce`)."""
+    if before is None:
+        return []
+    scheduler = getattr(engine, "lr_scheduler", None)
+    optimizer = getattr(scheduler, "optimizer", None) or engine.optimizer
+    changes: list[str] = []
+    for group, wanted in zip(optimizer.param_groups, before["groups"], strict=False):
+        for key, value in wanted.items():
+            if _differs(group.get(key), value):
+                changes.append(f"{name} {key}: {group.get(key)} -> {value}")
+                group[key] = value
+    saved_base = list(getattr(scheduler, "base_lrs", None) or [g["lr"] for g in optimizer.param_groups])
+    if any(_differs(old, new) for old, new in zip(saved_base, before["base_lrs"], strict=False)):
+        changes.append(f"{name} learning rate: {saved_base[0]:g} -> {before['base_lrs'][0]:g}")
+        if scheduler is None:
+            for group, lr in zip(optimizer.param_groups, before["base_lrs"], strict=False):
+                group["lr"] = lr
+        else:
+            scheduler.base_lrs = list(before["base_lrs"])
+            lrs = [base * rule(scheduler.last_epoch) for base, rule in zip(scheduler.base_lrs, scheduler.lr_lambdas,
+                                                                           strict=False)]
+            for group, base, lr in zip(optimizer.param_groups, scheduler.base_lrs, lrs, strict=False):
+                group["initial_lr"], group["lr"] = base, lr
+            scheduler._last_lr = lrs
+    if changes and announce:
+        logger.warning("resume: the current arguments' optimizer settings replace the checkpoint's (the LR schedule "
+                       "continues from the restored step): %s", "; ".join(changes))
+    return changes
+
+
+def _differs(a, b) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return list(a or []) != list(b or [])
+    return a != b
+
+
+# ------------------------------------------------------------------ the run's line
+
+
+def abandon_newer(output_dir: Path, resumed: Path, newer: list[Path]) -> list[Path]:
+    """Move `newer` (checkpoints after `resumed` in output_dir) to output_dir/abandoned/, noting why in NOTE.txt.
+    Rank 0 only. Returns where they went."""
+    if not newer:
+        return []
+    target_dir = output_dir / ABANDONED_DIR
+    target_dir.mkdir(exist_ok=True)
+    moved = []
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    with open(target_dir / ABANDONED_NOTE, "a") as note:
+        for path in newer:
+            target = target_dir / path.name
+            n = 1
+            while target.exists():
+                n += 1
+                target = target_dir / f"{path.name}.{n}"
+            shutil.move(str(path), str(target))
+            moved.append(target)
+            note.write(f"{when}: {path.name} moved here as {target.name}: the run resumed from {resumed.name}, "
+                       f"an older checkpoint, so {path.name} is no longer on the run's line. Move it back into "
+                       f"{output_dir} by hand to resume it; delete it when it is not needed.\n")
+    logger.warning("resumed from %s, an older checkpoint: moved %s to %s (see %s there); 'auto' and export now "
+                   "see only this line of the run", resumed.name, ", ".join(p.name for p in newer), target_dir,
+                   ABANDONED_NOTE)
+    return moved
