@@ -1,23 +1,30 @@
 """`build_reward_functions(args)`: the one place that reads the Arguments object.
 
-Order of the returned list (which is also the order `reward_weights` refers to):
-  1. `rule` — the task verifiers, when `use_rule_reward` is true, or when neither `reward_functions` nor
-     `use_rm_server` is set and the records carry a `task` (or, with no reward model path either, the
-     `task` argument names a default task);
+The rule (every configured source is either scored or named in a start-up note; the scored ones are summed
+with `reward_weights` and each is logged as `reward/<name>`). Order of the returned list (which is also the
+order `reward_weights` refers to):
+  1. `rule` — the task verifiers, when `use_rule_reward` is true, or implicitly when no other source is
+     configured (no reward_functions, use_rm_server or reward_model_name_or_path) and the records carry a
+     `task` or the `task` argument names a default task;
   2. each `reward_functions` entry (`file.py:fn`), named by its function;
   3. `reward_server` — the HTTP client, when `use_rm_server` is true;
-  4. `reward_model` — a sequence-classification reward model at `reward_model_name_or_path`, only when
-     nothing above is configured.
+  4. `reward_model` — a sequence-classification reward model at `reward_model_name_or_path`, scored in
+     batches of `per_device_reward_batch_size`, unless `use_rule_reward` or `use_rm_server` is true (as in
+     PaddleNLP, which loads no reward model then; for PPO the path still initialises the critic). An explicit
+     reward model is never replaced by a `task` field in the data.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from ppokit.rewards.errors import RewardError
 from ppokit.rewards.functions import NamedReward, make_rule_reward, parse_reward_functions
 from ppokit.rewards.verl_score import unknown_source_hint
+
+logger = logging.getLogger("ppokit")
 
 
 def _attr(args: Any, name: str, default: Any = None) -> Any:
@@ -87,23 +94,39 @@ def build_reward_functions(args: Any, records: Sequence[dict] | None = None, bas
     default_task = _attr(args, "task")
     has_tasks = any(r.get("task") for r in records or [])
     model_path = _attr(args, "reward_model_name_or_path")
-    use_rule = bool(_attr(args, "use_rule_reward", False)) or (
-        not custom and not use_server and (has_tasks or (bool(default_task) and not model_path))
-    )
+    explicit_rule = bool(_attr(args, "use_rule_reward", False))
+    use_rule = explicit_rule or (not custom and not use_server and not model_path and (has_tasks or bool(default_task)))
     fns: list[NamedReward] = []
     if use_rule:
         fns.append(NamedReward(name="rule", fn=make_rule_reward(default_task)))
     fns.extend(custom)
     if use_server:
         fns.append(_server_reward(args))
-    if not fns and model_path:
+    if model_path and not explicit_rule and not use_server:
         from ppokit.rewards.model_reward import ModelReward
 
-        fns.append(NamedReward(name="reward_model", fn=ModelReward(model_path), locate_errors=False))
+        batch = int(_attr(args, "per_device_reward_batch_size", 0)) or 8
+        fns.append(NamedReward(name="reward_model", fn=ModelReward(model_path, batch_size=batch), locate_errors=False))
     if not fns:
         raise RewardError(
             "no reward is configured; set use_rule_reward (with a `task` in the data or the `task` "
             "argument), reward_functions: 'file.py:fn', use_rm_server with reward_server, "
             "or reward_model_name_or_path" + unknown_source_hint(records)
         )
-    return _weighted(_unique(fns), _attr(args, "reward_weights"))
+    fns = _weighted(_unique(fns), _attr(args, "reward_weights"))
+    _announce(fns, args, use_rule and not explicit_rule)
+    return fns
+
+
+def _announce(fns: list[NamedReward], args: Any, implicit_rule: bool) -> None:
+    """Log which reward sources are scored, and any configured source that is not."""
+    why = {"rule": "use_rule_reward" if not implicit_rule else "the records' task field / the task argument",
+           "reward_server": f"use_rm_server, {_attr(args, 'reward_server')}",
+           "reward_model": f"reward_model_name_or_path {_attr(args, 'reward_model_name_or_path')}"}
+    listed = "; ".join(f"reward/{f.name} (weight {f.weight:g}, {why.get(f.name, 'reward_functions')})" for f in fns)
+    logger.info("reward sources: %s%s", listed, "; the reward is their weighted sum" if len(fns) > 1 else "")
+    model_path = _attr(args, "reward_model_name_or_path")
+    if model_path and not any(f.name == "reward_model" for f in fns):
+        instead = "use_rm_server" if _attr(args, "use_rm_server", False) else "use_rule_reward"
+        logger.info("reward_model_name_or_path %s is not scored because %s is true (as in PaddleNLP)%s.", model_path,
+                    instead, "; it still initialises the critic" if _attr(args, "rl_algorithm") == "ppo" else "")

@@ -288,3 +288,38 @@ def test_base_exception_from_a_reward_function_is_a_reward_error(exc):
     with pytest.raises(RewardError, match=rf"'leaves' raised {type(exc).__name__}.*batch of 3 records"):
         compute_rewards([NamedReward("leaves", leaves)], PROMPTS, RESPONSES, RECORDS)
     assert calls == [3]  # not called again record by record: the function asked to stop
+
+
+class StubRewardModel:
+    def __init__(self, path, batch_size=8):
+        self.path, self.batch_size = path, batch_size
+
+    def __call__(self, prompts, responses, **fields):
+        return [0.5] * len(responses)
+
+
+def test_explicit_reward_model_is_not_dropped_when_records_carry_a_task(monkeypatch, caplog, tmp_path):
+    monkeypatch.setattr("ppokit.rewards.model_reward.ModelReward", StubRewardModel)
+    records = [rec(0, "1", task="arithmetic")]
+    with caplog.at_level("INFO", logger="ppokit"):
+        fns = build_reward_functions(args(reward_model_name_or_path="rm", use_rule_reward=False,
+                                          per_device_reward_batch_size=3), records=records)
+    assert [f.name for f in fns] == ["reward_model"] and fns[0].fn.batch_size == 3 and fns[0].fn.path == "rm"
+    assert "reward sources: reward/reward_model (weight 1, reward_model_name_or_path rm)" in caplog.text
+    path = tmp_path / "my_rewards.py"
+    path.write_text(REWARD_FILE)
+    both = build_reward_functions(args(reward_model_name_or_path="rm", reward_functions=f"{path}:exact",
+                                       reward_weights=[1.0, 0.5]), records=records)
+    assert [(f.name, f.weight) for f in both] == [("exact", 1.0), ("reward_model", 0.5)]
+    total, per_fn = compute_rewards(both, ["p0"], ["1"], records)
+    assert set(per_fn) == {"exact", "reward_model"} and total.tolist() == [1.0 * per_fn["exact"].item() + 0.25]
+
+
+def test_use_rule_reward_replaces_the_reward_model_with_a_note(monkeypatch, caplog):
+    monkeypatch.setattr("ppokit.rewards.model_reward.ModelReward", StubRewardModel)
+    with caplog.at_level("INFO", logger="ppokit"):
+        fns = build_reward_functions(args(reward_model_name_or_path="rm", use_rule_reward=True, rl_algorithm="ppo"),
+                                     records=[rec(0, "1", task="arithmetic")])
+    assert [f.name for f in fns] == ["rule"]
+    assert "reward_model_name_or_path rm is not scored because use_rule_reward is true" in caplog.text
+    assert "it still initialises the critic" in caplog.text
