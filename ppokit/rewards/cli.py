@@ -14,12 +14,14 @@ from ppokit.errors import PpokitError
 from ppokit.rewards.server import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_QUEUE,
     DEFAULT_REQUEST_TIMEOUT,
     create_app,
 )
 
 TOKEN_ENV = "PPOKIT_REWARD_TOKEN"
-SPEC_ENV = "PPOKIT_REWARD_SERVER_SPEC"  # hands the settings to worker processes when --workers > 1
+SPEC_ENV = "PPOKIT_REWARD_SERVER_SPEC"
+MIN_TOKEN_CHARS = 16  # a guessable token on a reachable address is no protection  # hands the settings to worker processes when --workers > 1
 
 
 def is_loopback(host: str) -> bool:
@@ -33,8 +35,15 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, token: str | None, insecure: bool) -> None:
-    """Refuse to listen beyond this machine without a token, unless --insecure says so. Raises ValueError."""
-    if is_loopback(host) or token or insecure:
+    """Refuse to listen beyond this machine without a token of at least MIN_TOKEN_CHARS characters, unless
+    --insecure says so. Raises ValueError."""
+    if is_loopback(host) or insecure:
+        return
+    if token and len(token) < MIN_TOKEN_CHARS:
+        raise ValueError(
+            f"refusing to listen on {host!r} with a {len(token)}-character token: off this machine a token must have "
+            f"at least {MIN_TOKEN_CHARS} characters (e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')")
+    if token:
         return
     raise ValueError(
         f"refusing to listen on {host!r} without a token: anyone who can reach that address could score "
@@ -61,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="most items per request")
     p.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_BYTES / 2**20, help="largest request body")
     p.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT, help="seconds per request")
+    p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
+                   help="requests that may wait for a scoring thread; beyond it (or with a stuck scorer) 503 at once")
     p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (with --ssl-keyfile)")
     p.add_argument("--ssl-keyfile")
     p.add_argument("--log-level", default="info")
@@ -70,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _spec(ns: argparse.Namespace) -> dict:
     return {"task": ns.task, "function": ns.function, "model": ns.model, "token": ns.token,
             "max_batch": ns.max_batch, "max_body_bytes": int(ns.max_body_mb * 2**20),
-            "request_timeout": ns.request_timeout}
+            "request_timeout": ns.request_timeout, "max_queue": ns.max_queue}
 
 
 def app_from_spec(spec: dict):
@@ -78,7 +89,8 @@ def app_from_spec(spec: dict):
 
     scorer = build_scorer(task=spec.get("task"), function=spec.get("function"), model=spec.get("model"))
     return create_app(scorer, token=spec.get("token"), max_batch=spec["max_batch"],
-                      max_body_bytes=spec["max_body_bytes"], request_timeout=spec["request_timeout"])
+                      max_body_bytes=spec["max_body_bytes"], request_timeout=spec["request_timeout"],
+                      max_queue=spec.get("max_queue", DEFAULT_MAX_QUEUE))
 
 
 def app_from_env():

@@ -3,12 +3,19 @@
   POST /           PaddleNLP: {"src", "tgt", "response"} -> {"error_code": 0, "error_msg": "Success", "score"}
   POST /get_reward OpenRLHF:  {"query", "prompts"?, "labels"?} -> {"rewards", "scores", "extra_logs"}
   POST /v1/score   native:    {"items": [{"prompt", "response", "label", "task", "fields"}]} -> {"scores", "details"}
-  GET  /health     {"status": "ok"} (no token needed)
+  GET  /health     {"status": "ok" | "saturated", "running", "waiting", ...} (no token needed; 503 when saturated)
   GET  /metrics    requests, items, errors, latency percentiles (ms)
 
 Every failure is an HTTP error status with `{"error_code": <status>, "error_msg": <sentence>}` — never a
-list of zeros: 401 wrong/missing token, 413 body or batch too large, 415 not JSON, 400 unparsable
-JSON, 422 invalid fields, 500 the scorer raised (message names the item), 504 scoring took too long.
+list of zeros: 401 wrong/missing token, 413 body or batch too large, 415 not JSON, 400 unparsable or too
+deeply nested JSON, 422 invalid fields, 500 the scorer raised (message names the item), 503 saturated,
+504 scoring took too long.
+
+Load: at most `max_concurrent` scoring threads run; up to `max_queue` requests wait for one. A thread whose
+request timed out keeps its slot until the scorer returns (Python cannot stop it). The server is saturated
+when the queue is full, or every slot is held and one of them has run past the request timeout; then
+/health says so (503) and new requests get 503 at once (the client retries later) instead of waiting
+out their timeout behind a stuck scorer.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import asyncio
 import hmac
 import json
 import math
+import os
 import time
 from collections import Counter, deque
 from typing import Any
@@ -32,6 +40,8 @@ from ppokit.rewards.scorers import Scorer
 DEFAULT_MAX_BATCH = 8192
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_REQUEST_TIMEOUT = 300.0
+DEFAULT_MAX_QUEUE = 64
+DEFAULT_MAX_CONCURRENT = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default thread pool size
 
 
 # ---------------------------------------------------------------- request models
@@ -169,11 +179,18 @@ async def read_json(request: Request, max_body_bytes: int) -> Any:
         return json.loads(body)
     except ValueError as exc:
         raise HTTPException(400, f"the body is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise HTTPException(400, TOO_DEEP) from None
+
+
+TOO_DEEP = "the JSON body is nested too deeply to parse; send flat lists of strings as the protocol describes"
 
 
 def parse(model: type[BaseModel], data: Any) -> BaseModel:
     try:
         return model.model_validate(data)
+    except RecursionError:
+        raise HTTPException(400, TOO_DEEP) from None
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'body'}: {e['msg'].removeprefix('Value error, ')}"
                              for e in exc.errors())
@@ -202,21 +219,76 @@ def _extra_logs(details: list[dict]) -> dict[str, list[float]]:
             if all(isinstance(d.get(k), (int, float)) for d in details)}
 
 
+# ---------------------------------------------------------------- load
+
+
+class Load:
+    """Scoring threads running (with their start times) and requests waiting for one (event-loop thread only)."""
+
+    def __init__(self, max_concurrent: int, max_queue: int, request_timeout: float) -> None:
+        self.max_concurrent, self.max_queue, self.request_timeout = max_concurrent, max_queue, request_timeout
+        self.running: dict[int, float] = {}
+        self.waiting = 0
+        self.next_id = 0
+        self.free = asyncio.Event()
+        self.free.set()
+
+    def saturated(self) -> bool:
+        now = time.monotonic()
+        stuck = any(now - t > self.request_timeout for t in self.running.values())
+        full = len(self.running) >= self.max_concurrent
+        return self.waiting >= self.max_queue or (full and stuck)
+
+    def health(self) -> dict:
+        now = time.monotonic()
+        longest = max((now - t for t in self.running.values()), default=0.0)
+        return {"status": "saturated" if self.saturated() else "ok", "running": len(self.running),
+                "waiting": self.waiting, "max_concurrent": self.max_concurrent, "max_queue": self.max_queue,
+                "longest_running_s": round(longest, 3)}
+
+    def finished(self, job: int) -> None:
+        self.running.pop(job, None)
+        self.free.set()
+
+    async def run(self, fn, *args):
+        """fn(*args) in a thread once a slot is free; the slot is held until the thread returns."""
+        loop = asyncio.get_running_loop()
+        self.waiting += 1
+        try:
+            while len(self.running) >= self.max_concurrent:
+                self.free.clear()
+                await self.free.wait()
+        finally:
+            self.waiting -= 1
+        job, self.next_id = self.next_id, self.next_id + 1
+        self.running[job] = time.monotonic()
+
+        def call():
+            try:
+                return fn(*args)
+            finally:
+                loop.call_soon_threadsafe(self.finished, job)
+
+        return await asyncio.shield(loop.run_in_executor(None, call))
+
+
 # ---------------------------------------------------------------- the app
 
 
 def create_app(scorer: Scorer, token: str | None = None, max_batch: int = DEFAULT_MAX_BATCH,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> FastAPI:
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+               max_queue: int = DEFAULT_MAX_QUEUE, max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> FastAPI:
     """A FastAPI app serving `scorer` on the three protocols (see the module docstring).
 
     token: when set, every route but /health needs 'Authorization: Bearer <token>'.
     max_batch: most items per request (413 beyond). max_body_bytes: largest body (413 beyond).
-    request_timeout: seconds a request may spend scoring (504 beyond; the scoring thread finishes on its own).
+    request_timeout: seconds a request may spend waiting and scoring (504 beyond; the thread finishes on its own).
+    max_queue, max_concurrent: see "Load" in the module docstring.
     """
     app = FastAPI(title="ppokit reward server", docs_url=None, redoc_url=None, openapi_url=None)
     metrics = Metrics()
     app.state.metrics = metrics
+    load = Load(max_concurrent, max_queue, request_timeout)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
@@ -224,8 +296,13 @@ def create_app(scorer: Scorer, token: str | None = None, max_batch: int = DEFAUL
                             status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     async def score(items: list[dict]) -> list[tuple[float, dict]]:
+        if load.saturated():
+            state = load.health()
+            raise HTTPException(503, f"the server is saturated ({state['running']} scoring jobs running, the longest "
+                                     f"for {state['longest_running_s']:g}s; {state['waiting']} waiting); retry later, "
+                                     "or start it with more --workers or a larger --max-queue")
         try:
-            return await asyncio.wait_for(asyncio.to_thread(scorer, items), request_timeout)
+            return await asyncio.wait_for(load.run(scorer, items), request_timeout)
         except asyncio.TimeoutError as exc:
             raise HTTPException(504, f"scoring {len(items)} items took longer than the server's "
                                      f"request timeout of {request_timeout:g}s; send smaller batches or "
@@ -250,6 +327,9 @@ def create_app(scorer: Scorer, token: str | None = None, max_batch: int = DEFAUL
         except HTTPException as exc:
             metrics.record(n, time.perf_counter() - start, exc.status_code)
             raise
+        except Exception as exc:  # a bug, not the user's request: still a JSON answer, still counted
+            metrics.record(n, time.perf_counter() - start, 500)
+            raise HTTPException(500, f"the server failed on this request: {type(exc).__name__}: {exc}") from exc
         metrics.record(n, time.perf_counter() - start, 200)
         return [s for s, _ in results], [_plain(d) for _, d in results]
 
@@ -270,7 +350,8 @@ def create_app(scorer: Scorer, token: str | None = None, max_batch: int = DEFAUL
 
     @app.get("/health")
     async def health():
-        return {"status": "ok"}
+        state = load.health()
+        return JSONResponse(state, status_code=503 if state["status"] == "saturated" else 200)
 
     @app.get("/metrics")
     async def get_metrics(request: Request):
