@@ -9,12 +9,15 @@ import os
 import sys
 from collections import Counter
 
+from ppokit.args import Arguments
 from ppokit.data.errors import DataError
 from ppokit.data.prepare import LAYOUTS, prepare, write_jsonl
 from ppokit.data.render import render_plain, render_prompt
 from ppokit.data.specs import load_task_config, load_with_formats
 from ppokit.errors import PpokitError
 from ppokit.tasks import TASKS, TaskError, get
+
+MAX_PROMPT_LEN = Arguments.model_fields["max_prompt_len"].default
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--model", help="a Hugging Face model/tokenizer folder whose chat template renders the prompt"
     )
+    c.add_argument("--max-prompt-len", type=int, default=MAX_PROMPT_LEN,
+                   help=f"flag prompts longer than this many tokens, as training drops them (default {MAX_PROMPT_LEN}; "
+                        "needs --model)")
     c.add_argument("--prompt-key", default="src")
     c.add_argument("--response-key", default="tgt")
     return parser
@@ -140,6 +146,41 @@ def _check(args) -> int:
     print(f"first prompt ({first['source']}), rendered {how}:\n{text}")
     if first["label"] is not None:
         print(f"its reference answer:\n{first['label']}")
+    _warn_duplicates(records)
+    return _flag_long_prompts(records, tokenizer, args.max_prompt_len)
+
+
+def _warn_duplicates(records: list[dict]) -> None:
+    """Rows with the same prompt and reference answer as an earlier row (training samples them twice as often)."""
+    first_seen: dict[str, str] = {}
+    repeats = []
+    for r in records:
+        key = json.dumps([r.get("messages") or r.get("prompt"), r["label"]], sort_keys=True, default=str)
+        if key in first_seen:
+            repeats.append(f"{r['source']} repeats {first_seen[key]}")
+        else:
+            first_seen[key] = r["source"]
+    if repeats:
+        shown = ", ".join(repeats[:10]) + (f" and {len(repeats) - 10} more" if len(repeats) > 10 else "")
+        print(f"warning: {len(repeats)} duplicate rows: {shown}")
+
+
+def _flag_long_prompts(records: list[dict], tokenizer, limit: int) -> int:
+    """Each prompt over `limit` tokens as file:line (training drops them); exit status 1 when there are any."""
+    if tokenizer is None or not limit or limit <= 0:
+        print(f"prompt lengths not checked: give --model to count tokens against --max-prompt-len ({limit})")
+        return 0
+    from ppokit.data.render import prompt_token_ids
+
+    lengths = [len(ids) for ids in prompt_token_ids(records, tokenizer)]
+    long = [(r, n) for r, n in zip(records, lengths) if n > limit]
+    for r, n in long[:20]:
+        print(f"{r['source']}: the prompt has {n} tokens, more than max_prompt_len={limit}; training drops it")
+    if long:
+        print(f"{len(long)} of {len(records)} prompts are longer than max_prompt_len={limit} tokens (the longest has "
+              f"{max(lengths)}); shorten them or raise max_prompt_len")
+        return 1
+    print(f"all {len(records)} prompts fit in max_prompt_len={limit} tokens (the longest has {max(lengths)})")
     return 0
 
 

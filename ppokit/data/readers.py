@@ -47,7 +47,10 @@ def _open_text(path: str) -> str:
         with open(path, encoding="utf-8") as fh:
             return fh.read()
     except UnicodeDecodeError as err:
-        raise DataError(f"{path}: the file is not UTF-8 text ({err.reason} at byte {err.start})") from err
+        line = err.object.count(b"\n", 0, err.start) + 1
+        column = err.start - (err.object.rfind(b"\n", 0, err.start) + 1) + 1
+        raise DataError(f"{path}:{line}: the file is not UTF-8 text ({err.reason} at byte {err.start}, column "
+                        f"{column}); re-save it as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from err
 
 
 def _read_jsonl(path: str, text: str | None = None) -> Iterator[tuple[dict, str]]:

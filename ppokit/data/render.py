@@ -72,6 +72,16 @@ def _bos_to_add(tokenizer) -> int | None:
     return bos if with_special[:1] == [bos] and without[:1] != [bos] else None
 
 
+def prompt_token_ids(records: list[dict], tokenizer) -> list[list[int]]:
+    """The token ids training gives each record's rendered prompt (BOS rule of `encode_prompts`)."""
+    texts = [render_prompt(r, tokenizer) for r in records]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    bos = _bos_to_add(tokenizer)
+    if bos is not None:
+        ids = [seq if seq[:1] == [bos] else [bos] + list(seq) for seq in ids]
+    return [list(seq) for seq in ids]
+
+
 def encode_prompts(
     records: list[dict], tokenizer, max_prompt_len: int | None
 ) -> tuple[list[dict], list[list[int]], int]:
@@ -83,11 +93,7 @@ def encode_prompts(
     """
     if not records:
         raise DataError("there are no prompts to encode: the dataset is empty")
-    texts = [render_prompt(r, tokenizer) for r in records]
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    bos = _bos_to_add(tokenizer)
-    if bos is not None:
-        ids = [seq if seq[:1] == [bos] else [bos] + list(seq) for seq in ids]
+    ids = prompt_token_ids(records, tokenizer)
     limit = max_prompt_len if max_prompt_len and max_prompt_len > 0 else None
     kept = [(r, list(seq)) for r, seq in zip(records, ids) if limit is None or len(seq) <= limit]
     dropped = len(records) - len(kept)

@@ -247,3 +247,32 @@ def test_ensure_prepared_leaves_existing_files_alone(tmp_path, small_layouts):
     assert ensure_prepared(tmp_path / "countdown/test.jsonl") is True
     assert train.read_text() == '{"src": "mine"}\n'
     assert len(_rows(tmp_path / "countdown/test.jsonl")) == 4
+
+
+def test_check_flags_prompts_over_max_prompt_len_with_file_and_line(tmp_path, write_jsonl, capsys):
+    rows = [{"src": ["short?"], "tgt": ["a"]}, {"src": ["x" * 200], "tgt": ["b"]}, {"src": ["ok"], "tgt": ["c"]}]
+    path = write_jsonl(rows)
+    model = tmp_path / "model"
+    tiny_tokenizer().save_pretrained(model)
+    assert main(["check", path, "--model", str(model), "--max-prompt-len", "64"]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}:2: the prompt has 219 tokens, more than max_prompt_len=64; training drops it" in out
+    assert "1 of 3 prompts are longer than max_prompt_len=64" in out
+    assert main(["check", path, "--model", str(model), "--max-prompt-len", "256"]) == 0
+    assert "longer than" not in capsys.readouterr().out
+
+
+def test_check_warns_about_duplicate_rows(write_jsonl, capsys):
+    path = write_jsonl([{"src": ["q1"], "tgt": ["a"]}, {"src": ["q2"], "tgt": ["b"]}, {"src": ["q1"], "tgt": ["a"]},
+                        {"src": ["q1"], "tgt": ["a"]}])
+    assert main(["check", path]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: 2 duplicate rows: {path}:3 repeats {path}:1, {path}:4 repeats {path}:1" in out
+
+
+def test_non_utf8_bytes_are_reported_with_the_line(tmp_path, capsys):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"src": ["fine"], "tgt": ["a"]}\n{"src": ["caf\xe9"], "tgt": ["b"]}\n')
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {path}:2: the file is not UTF-8 text (invalid continuation byte at byte 45, column 14)" in err

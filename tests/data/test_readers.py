@@ -129,7 +129,7 @@ def test_spec_errors(spec, message):
             '{"tasks": [{"path": "a.jsonl"}]}',
             "{path}: this is a task config (it has 'tasks'), not a dataset",
         ),
-        ("bin.jsonl", b"\xff\xfe", "{path}: the file is not UTF-8 text"),
+        ("bin.jsonl", b"\xff\xfe", "{path}:1: the file is not UTF-8 text (invalid start byte at byte 0, column 1)"),
     ],
 )
 def test_bad_files(tmp_path, name, content, message):
