@@ -92,7 +92,8 @@ class Session:
         self.history.append({"step": self.global_step, **metrics})
         self.last_batch = batch
         self.tracker.log(self.global_step, metrics)
-        if self.args.logging_steps and self.global_step % self.args.logging_steps == 0:
+        if (self.args.logging_strategy != "no" and self.args.logging_steps
+                and self.global_step % self.args.logging_steps == 0):
             self.tracker.log_samples(self.global_step, sample_rows(batch, limit=4))
         return metrics
 

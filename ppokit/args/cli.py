@@ -16,7 +16,7 @@ from .checks import startup_checks
 from .errors import ConfigError
 from .fieldinfo import type_name
 from .loader import env_world_size, load_arguments
-from .translate import IGNORED, RENAMES, suggest
+from .translate import IGNORED, NO_EFFECT, RENAMES, suggest
 
 USAGE = """usage: python run_ppo.py [CONFIG.{json,yaml}] [--key value ...] [key=value ...] [--print_config]
 
@@ -124,7 +124,7 @@ def explain(key: str) -> str:
     if aliases:
         lines.append("  aliases: " + ", ".join(aliases))
     if key in IGNORED:
-        lines.append(f"  ppokit: accepted for PaddleNLP files, no effect ({IGNORED[key]}).")
+        lines.append(f"  ppokit: {NO_EFFECT}, because {IGNORED[key]}.")
     return "\n".join(lines)
 
 

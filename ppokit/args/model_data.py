@@ -31,13 +31,16 @@ class ModelArguments(BaseModel):
     use_flash_attention: bool = Field(
         False, description="Use flash-attention-2 when installed, else PyTorch SDPA.")
     chat_template: str = Field(
-        "none", description="Chat template source: 'none' uses prompts verbatim (PaddleNLP default), "
-        "a file/folder loads chat_template.json, the model path keeps the tokenizer's own.")
+        "none", description="Chat template for `messages` prompts. Not set: the tokenizer's own template (ppokit's "
+        "default; PaddleNLP E5+ used prompts verbatim); set to 'none': no template (PaddleNLP's meaning: prompts "
+        "verbatim, chat turns as plain 'User:/Assistant:' lines); a folder loads its chat_template.json (or "
+        ".jinja), a file its template; the model path keeps the tokenizer's own.")
     recompute_granularity: str = Field(
-        "full", description="Actor gradient-checkpointing granularity (full/full_attn/core_attn); "
-        "ppokit checkpoints whole decoder layers.")
+        "full", description="Actor gradient-checkpointing granularity (full/full_attn/core_attn). Accepted for "
+        "PaddleNLP compatibility; no effect here, because transformers checkpoints whole decoder layers.")
     critic_recompute_granularity: str = Field(
-        "full", description="Gradient-checkpointing granularity for the critic/reward models.")
+        "full", description="Gradient-checkpointing granularity for the critic/reward models. Accepted for "
+        "PaddleNLP compatibility; no effect here, because transformers checkpoints whole decoder layers.")
     actor_tokenizer_alpha: float | None = Field(
         None, description="PaddleNLP stochastic tokenisation alpha for the actor tokenizer; no effect in ppokit.")
     reward_tokenizer_alpha: float | None = Field(

@@ -44,7 +44,8 @@ class BaseTrainingArguments(BaseModel):
     bf16: bool = Field(False, description="bfloat16 training and generation.")
     fp16: bool = Field(False, description="float16 training and generation.")
     fp16_opt_level: Literal["O0", "O1", "O2"] = Field(
-        "O1", description="PaddleNLP AMP level; O2 with bf16/fp16 keeps the weights themselves in that dtype.")
+        "O1", description="PaddleNLP AMP level. Accepted for PaddleNLP compatibility; no effect here, because "
+        "ppokit's precision follows bf16/fp16 alone (only checked: O2 needs bf16 or fp16, as in PaddleNLP).")
     amp_master_grad: bool = Field(False, description="PaddleNLP fp32 master grads under O2; no effect in ppokit.")
     amp_custom_black_list: list[str] | None = Field(
         None, description="PaddleNLP ops forced to fp32; no effect in ppokit.")
@@ -56,14 +57,18 @@ class BaseTrainingArguments(BaseModel):
     max_evaluate_steps: int = Field(-1, description="Max evaluation batches; -1 = the whole eval set.")
     per_device_eval_batch_size: int = Field(8, ge=1, description="Eval prompts per rank per generation call.")
     logging_steps: int = Field(500, ge=1, description="Log every N steps.")
-    logging_strategy: Interval = Field("steps", description="When to log: no, steps or epoch.")
+    logging_strategy: Interval = Field(
+        "steps", description="When to print the step summary (and log sample rows): no, steps (every logging_steps) "
+        "or epoch; metrics.jsonl and VisualDL get every step's metrics whatever it says.")
     logging_dir: str | None = Field(
         "vdl_log", description="VisualDL log folder (ppokit default 'vdl_log'; PaddleNLP's None meant "
         "output_dir/runs/...).")
     report_to: list[str] | None = Field(
         None, description="Loggers: visualdl, tensorboard, wandb, all or none; None -> ['visualdl'].")
     run_name: str | None = Field(None, description="Run name shown by loggers.")
-    wandb_http_proxy: str | None = Field(None, description="HTTP proxy used by wandb.")
+    wandb_http_proxy: str | None = Field(
+        None, description="HTTP proxy used by wandb. Accepted for PaddleNLP compatibility; no effect here, "
+        "because ppokit's wandb backend uses the standard HTTPS_PROXY/HTTP_PROXY variables; set those.")
     disable_tqdm: bool | None = Field(None, description="Hide progress bars; None -> False.")
     save_strategy: Interval = Field("steps", description="When to save checkpoints: no, steps or epoch.")
     save_steps: int = Field(500, ge=1, description="Save a checkpoint every N steps.")

@@ -115,7 +115,8 @@ class RLTrainingArguments(BaseModel):
     entropy_coeff: float = Field(0.0, description="Weight of the entropy bonus (subtracted from the loss).")
     ptx_coeff: float = Field(0.0, ge=0.0, description="Weight of the SFT (ptx) loss on ptx data; 0 = off.")
     use_fp32_compute: bool = Field(
-        False, description="Compute log-probs, rewards, advantages and losses in float32.")
+        False, description="Compute log-probs, rewards, advantages and losses in float32. Accepted for PaddleNLP "
+        "compatibility; no effect here, because ppokit always computes them in float32.")
     use_tgt_len_value: bool = Field(
         False, description="PaddleNLP compatibility switch (target-length value); no effect in ppokit.")
     # --- critic optimiser (copied onto the critic without the critic_ prefix) ---
@@ -131,7 +132,8 @@ class RLTrainingArguments(BaseModel):
         None, description="Critic LR decay horizon; None -> decay_steps (PaddleNLP never applied it; ppokit does).")
     min_learning_rate: float | None = Field(
         None, description="With cosine/linear: warm up, then decay from learning_rate to this over decay_steps.")
-    decay_steps: int | None = Field(None, description="Decay horizon of the min_learning_rate scheduler; None -> max_steps.")
+    decay_steps: int | None = Field(None, description="Decay horizon of the min_learning_rate scheduler, in rollout steps like "
+                                        "max_steps; None -> max_steps.")
     # --- misc PaddleNLP RL keys ---
     eval_mode: str | None = Field(
         None, description="PaddleNLP eval-model layout (single/tensor_parallel; '' -> None); ppokit "
@@ -140,7 +142,9 @@ class RLTrainingArguments(BaseModel):
         default_factory=list, description="What to offload to CPU between phases: space-separated "
         "string or list of freeze_model, optimizer, train_model.")
     balance_batch: bool = Field(
-        False, description="Rebalance sequences across data-parallel ranks by token count after rollout.")
+        False, description="Rebalance sequences across data-parallel ranks by token count after rollout. Accepted "
+        "for PaddleNLP compatibility; no effect here, because each rank trains on the prompts it generated for "
+        "(losses use the global token counts, so the gradient is the same; only speed could differ).")
     tensor_parallel_output: bool = Field(
         True, description="PaddleNLP: keep logits split across tensor-parallel ranks; no effect in ppokit.")
     use_fused_head_and_loss_fn: bool = Field(
@@ -148,17 +152,28 @@ class RLTrainingArguments(BaseModel):
     use_remove_padding: bool = Field(
         False, description="PaddleNLP varlen (padding-free) training forward; no effect in ppokit.")
     recompute_use_reentrant: bool = Field(
-        True, description="Use re-entrant activation checkpointing (torch use_reentrant).")
+        True, description="Re-entrant activation checkpointing (torch use_reentrant) when recompute is on. "
+        "Applied when set explicitly; not set, ppokit uses non-reentrant checkpointing (PaddleNLP's default is "
+        "true), which works with LoRA over frozen inputs and ZeRO-3.")
     autotuner_benchmark: bool = Field(
         False, description="PaddleNLP benchmark mode (5 steps, random weights); no effect in ppokit.")
-    hidden_dropout_prob: float = Field(0.0, ge=0.0, lt=1.0, description="Hidden dropout probability of the trained models.")
+    hidden_dropout_prob: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Hidden dropout probability of the trained models (actor, critic), set in "
+        "their config and modules; a note says when an architecture (e.g. Llama, Qwen2) has no hidden dropout.")
     attention_probs_dropout_prob: float = Field(
-        0.0, ge=0.0, lt=1.0, description="Attention dropout probability of the trained models.")
+        0.0, ge=0.0, lt=1.0, description="Attention dropout probability of the trained models (actor, critic), "
+        "set in their config and attention modules.")
     dropout_warmup_steps: int = Field(
         0, description="PaddleNLP dropout warm-up (declared, never used there); no effect in ppokit.")
-    early_stopping: bool = Field(False, description="Stop when the eval metric stops improving.")
-    early_stopping_patience: int = Field(4, ge=1, description="Evaluations without improvement before stopping.")
-    early_stopping_threshold: float = Field(0.0, ge=0.0, description="Minimum improvement that resets patience.")
+    early_stopping: bool = Field(
+        False, description="Stop when the eval metric stops improving. Accepted for PaddleNLP compatibility; no "
+        "effect here, because ppokit trains to max_steps (num_train_epochs); stop a run and resume it instead.")
+    early_stopping_patience: int = Field(
+        4, ge=1, description="Evaluations without improvement before stopping. Accepted for PaddleNLP "
+        "compatibility; no effect here, because ppokit has no early stopping (see early_stopping).")
+    early_stopping_threshold: float = Field(
+        0.0, ge=0.0, description="Minimum improvement that resets patience. Accepted for PaddleNLP compatibility; "
+        "no effect here, because ppokit has no early stopping (see early_stopping).")
 
     @field_validator("offload_level", mode="before")
     @classmethod

@@ -55,9 +55,19 @@ IGNORED: dict[str, str] = {
     "reward_tokenizer_alpha": "tokenisation is deterministic in ppokit",
     "critic_tokenizer_alpha": "tokenisation is deterministic in ppokit",
     "rollout_quant_type": "rollout weights are not quantised in ppokit",
+    "balance_batch": "each rank trains on the prompts it generated for (global token counts keep the gradient the same)",
+    "use_fp32_compute": "ppokit always computes log-probs, rewards, advantages and losses in float32",
+    "early_stopping": "ppokit trains to max_steps (num_train_epochs); stop a run and resume it instead",
+    "early_stopping_patience": "ppokit has no early stopping",
+    "early_stopping_threshold": "ppokit has no early stopping",
+    "recompute_granularity": "transformers checkpoints whole decoder layers",
+    "critic_recompute_granularity": "transformers checkpoints whole decoder layers",
+    "fp16_opt_level": "precision follows bf16/fp16 alone (O2 is only checked to come with bf16 or fp16)",
+    "wandb_http_proxy": "the wandb backend reads the standard HTTPS_PROXY/HTTP_PROXY variables; set those",
 }
 """PaddleNLP-only key -> what ppokit does instead. They stay fields (so files load unchanged)."""
 
+NO_EFFECT = "accepted for PaddleNLP compatibility; no effect here"
 COMMENT_PREFIXES = ("comment", "_comment", "#", "//")
 
 
@@ -129,9 +139,9 @@ def ignored_notes(values: dict[str, Any]) -> list[str]:
         if _is_quiet(key, values):
             quiet.append(key)
         else:
-            notes.append(f"{key}={values[key]!r} is a PaddleNLP-only switch, ignored: {IGNORED[key]}.")
+            notes.append(f"{key}={values[key]!r}: {NO_EFFECT}, because {IGNORED[key]}.")
     if quiet:
-        notes.append("PaddleNLP-only keys accepted without effect: " + ", ".join(quiet) + ".")
+        notes.append(f"{NO_EFFECT[0].upper()}{NO_EFFECT[1:]}: " + ", ".join(quiet) + ".")
     return notes
 
 

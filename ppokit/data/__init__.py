@@ -14,7 +14,7 @@ from ppokit.data.errors import DataError
 from ppokit.data.loader import PromptLoader
 from ppokit.data.prepare import LAYOUTS, ensure_prepared, prepare, write_jsonl
 from ppokit.data.records import TEMPLATE_MARKERS, is_templated, row_to_record
-from ppokit.data.render import encode_prompts, render_plain, render_prompt
+from ppokit.data.render import choose_chat_template, encode_prompts, render_plain, render_prompt
 from ppokit.data.specs import load_datasets, load_task_config
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "TEMPLATE_MARKERS",
     "DataError",
     "PromptLoader",
+    "choose_chat_template",
     "encode_prompts",
     "ensure_prepared",
     "is_templated",

@@ -62,6 +62,39 @@ def render_prompt(record: dict, tokenizer) -> str:
     return text
 
 
+def choose_chat_template(tokenizer, chat_template: str | None, given: bool, model_path: str | None = None) -> str:
+    """Apply the `chat_template` key to `tokenizer` (in place); returns what prompts are rendered with.
+
+    Not given: the tokenizer's own template (ppokit's default: instruct models need it; PaddleNLP E5+ used
+    prompts verbatim). 'none' given: no template, as PaddleNLP (`prompt` records verbatim, `messages` as plain
+    'User:/Assistant:' turns). The model path: the tokenizer's own. A folder: its chat_template.json (or
+    chat_template.jinja); a file: a .json with a "chat_template" string, or the template text itself."""
+    import json
+    from pathlib import Path
+
+    if not given or not chat_template or (model_path and str(chat_template) == str(model_path)):
+        return "the tokenizer's own chat template" if getattr(tokenizer, "chat_template", None) else "no chat template"
+    if str(chat_template).lower() == "none":
+        tokenizer.chat_template = None
+        return "no chat template (chat_template: none)"
+    path = Path(chat_template)
+    if path.is_dir():
+        found = [p for p in (path / "chat_template.json", path / "chat_template.jinja") if p.is_file()]
+        if not found:
+            raise DataError(f"chat_template: {path} holds neither chat_template.json nor chat_template.jinja")
+        path = found[0]
+    if not path.is_file():
+        raise DataError(f"chat_template: {chat_template!r} is neither 'none', the model path, a folder nor a file")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        try:
+            text = json.loads(text)["chat_template"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise DataError(f"{path}: expected a JSON object with a 'chat_template' string ({err})") from None
+    tokenizer.chat_template = text
+    return f"the chat template from {path}"
+
+
 def _bos_to_add(tokenizer) -> int | None:
     """The BOS id the tokenizer would add itself with add_special_tokens=True, else None."""
     bos = getattr(tokenizer, "bos_token_id", None)

@@ -306,12 +306,42 @@ def load_causal_lm(
     return model
 
 
-def enable_recompute(model) -> None:
-    """Non-reentrant activation checkpointing (PaddleNLP's `recompute`) on a transformers model."""
+def enable_recompute(model, reentrant: bool = False) -> None:
+    """Activation checkpointing (PaddleNLP's `recompute`) on a transformers model; non-reentrant unless asked."""
     if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": reentrant})
     else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+
+
+ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop")
+HIDDEN_DROPOUT_KEYS = ("hidden_dropout", "hidden_dropout_prob", "resid_pdrop", "embd_pdrop", "dropout")
+
+
+def set_dropout(model, hidden: float, attention: float) -> list[str]:
+    """Set the model's dropout probabilities (PaddleNLP's hidden_dropout_prob / attention_probs_dropout_prob) in
+    its config and in the modules built from it; returns a note for each one the architecture does not have."""
+    import torch.nn as nn
+
+    config = getattr(model, "config", None)
+    notes = []
+    for value, keys, attr, name in ((attention, ATTENTION_DROPOUT_KEYS, "attention_dropout", "attention_probs_dropout_prob"),
+                                    (hidden, HIDDEN_DROPOUT_KEYS, "hidden_dropout", "hidden_dropout_prob")):
+        found = [k for k in keys if config is not None and isinstance(getattr(config, k, None), float)]
+        for key in found:
+            setattr(config, key, value)
+        modules = 0
+        for module_name, module in model.named_modules():
+            if isinstance(getattr(module, attr, None), float):
+                setattr(module, attr, value)
+                modules += 1
+            elif (isinstance(module, nn.Dropout) and "lora" not in module_name
+                  and ("attn" in module_name) == (attr == "attention_dropout")):
+                module.p = value
+                modules += 1
+        if not found and not modules and value > 0:
+            notes.append(f"{name}={value} has no effect on {type(model).__name__}: it has no such dropout")
+    return notes
 
 
 def is_recomputing(model) -> bool:

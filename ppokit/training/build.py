@@ -11,13 +11,14 @@ import torch
 from ppokit.algos import algorithm
 from ppokit.algos.kl import AdaptiveKL, FixedKL, make_kl_controller
 from ppokit.args import Arguments, BatchPlan, ConfigError, batch_plan, check_lengths
-from ppokit.data import PromptLoader
+from ppokit.data import PromptLoader, choose_chat_template
 from ppokit.engine import DistInfo
 from ppokit.rollout import RolloutEngine
 from ppokit.training.batch import RolloutBatch
 from ppokit.training.critic import Critic
 from ppokit.training.engine_setup import choose_device, seed_everything, train_engine
 from ppokit.training.forward import batched_logprobs
+from ppokit.training.model_setup import add_stop_token, configure_model
 from ppokit.training.normalize import RunningNormalizer
 
 logger = logging.getLogger("ppokit")
@@ -90,6 +91,10 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
         from ppokit.models import apply_lora
 
         model = apply_lora(model, lora)
+    configure_model(args, model, args.recompute)
+    add_stop_token(model, tokenizer, args.eos_token)
+    logger.info("prompts are rendered with %s", choose_chat_template(
+        tokenizer, args.chat_template, "chat_template" in args.model_fields_set, args.actor_model_name_or_path))
     if tokenizer is None:
         raise ValueError("Session(model=...) needs tokenizer=... too")
     check_lengths(args, getattr(model.config, "max_position_embeddings", None))

@@ -100,6 +100,9 @@ def build_critic(args, dist, plan, policy) -> Critic:
             check_same_vocabulary(source, policy.tokenizer)
         model = load_value_model(source, dtype=param_dtype, device=policy.device, gradient_checkpointing=recompute,
                                  attn_implementation=attention_implementation(args.use_flash_attention))
+    from ppokit.training.model_setup import configure_model
+
+    configure_model(args, model.backbone, recompute)
     engine = train_engine(model, args, plan, policy.device, critic=True)
     bs = args.per_device_value_batch_size if args.per_device_value_batch_size > 0 else plan.micro_batch_size
     return Critic(engine=engine, compute_dtype=compute_dtype, device=policy.device, batch_size=bs, source=source)

@@ -59,6 +59,8 @@ def lr_schedule_spec(args, total_optimizer_steps: int, critic: bool = False) -> 
     )
     if critic and args.critic_decay_steps:
         spec["decay_steps"] = args.critic_decay_steps
+    elif args.decay_steps and args.max_steps > 0:  # counted in rollout steps, like max_steps
+        spec["decay_steps"] = max(1, round(args.decay_steps * total_optimizer_steps / args.max_steps))
     return spec
 
 

@@ -45,6 +45,14 @@ def eval_due(args, step: int, new_epoch: bool) -> bool:
     return new_epoch if args.evaluation_strategy == "epoch" else should(args.eval_steps, step)
 
 
+def log_due(args, step: int, new_epoch: bool) -> bool:
+    """`logging_strategy` "steps": the console summary every `logging_steps`; "epoch": when the prompts enter a
+    new epoch; "no": never (metrics.jsonl and VisualDL still get every step)."""
+    if args.logging_strategy == "epoch":
+        return new_epoch
+    return args.logging_strategy == "steps" and should(args.logging_steps, step)
+
+
 def save_due(args, step: int, new_epoch: bool) -> bool:
     """`save_strategy` "steps": every `save_steps` steps; "epoch": when the prompts enter a new epoch."""
     if args.save_strategy == "epoch":
@@ -80,7 +88,7 @@ def train_loop(session) -> list[dict]:
                 evaluated_at = step
             epoch = session.state.loader.epoch
             progress.update(step, metrics)
-            if should(args.logging_steps, step) and session.state.dist.rank == 0:
+            if log_due(args, step, new_epoch) and session.state.dist.rank == 0:
                 logger.info(format_summary(step, metrics, total=total))
             if save_due(args, step, new_epoch) and step < total:
                 session.save()

@@ -110,7 +110,8 @@ def test_explain_in_process():
     assert "  aliases: num_return_sequences" in text and "  group: TrainingArguments" in text
     assert explain("num_return_sequences").startswith(
         "num_return_sequences: the PaddleNLP E0-E4 name of rollout_n; read as rollout_n.")
-    assert "  ppokit: accepted for PaddleNLP files, no effect (ppokit runs PyTorch/transformers kernels)." in explain("fused_linear")
+    assert ("  ppokit: accepted for PaddleNLP compatibility; no effect here, because ppokit runs PyTorch/transformers "
+            "kernels.") in explain("fused_linear")
     assert "  group: PpokitArguments" in explain("loss_agg_mode")
     with pytest.raises(ConfigError, match="unknown key 'kl_loss_coef'; did you mean kl_loss_coeff?"):
         explain("kl_loss_coef")

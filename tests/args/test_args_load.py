@@ -37,10 +37,11 @@ def test_llama_grpo_3b97a283e_loads_unchanged():
     assert args.eval_mode == "single" and args.gradient_accumulation_steps == 32
     assert args.reward_model_name_or_path == "" and args.use_rm_server is True
     assert f"{path}: 'num_return_sequences' is the PaddleNLP E0-E4 name of 'rollout_n'; read as rollout_n=8." in args.notes
-    assert ("PaddleNLP-only keys accepted without effect: fused_linear, pipeline_parallel_config, "
-            "pipeline_parallel_degree, release_grads, sequence_parallel, sharding_parallel_degree, "
-            "tensor_parallel_output, use_fused_head_and_loss_fn.") in args.notes
-    assert "eval_mode='single' is a PaddleNLP-only switch, ignored: ppokit evaluates with the training actor." in args.notes
+    assert ("Accepted for PaddleNLP compatibility; no effect here: fused_linear, pipeline_parallel_config, "
+            "pipeline_parallel_degree, recompute_granularity, release_grads, sequence_parallel, "
+            "sharding_parallel_degree, tensor_parallel_output, use_fused_head_and_loss_fn.") in args.notes
+    assert ("eval_mode='single': accepted for PaddleNLP compatibility; no effect here, because ppokit evaluates "
+            "with the training actor.") in args.notes
 
 
 def test_qwen_grpo_yaml_c7d44f2bf_loads_unchanged():
@@ -138,10 +139,12 @@ def test_assignment_is_validated_and_translates_verl_names():
 def test_paddle_only_switch_notes():
     args = load_arguments(overrides={"fused_linear": False, "use_fused_rope": False, "pipeline_parallel_degree": 1,
                                      "use_remove_padding": True})
-    assert "fused_linear=False is a PaddleNLP-only switch, ignored: ppokit runs PyTorch/transformers kernels." in args.notes
-    assert ("use_remove_padding=True is a PaddleNLP-only switch, ignored: ppokit masks padding with "
-            "attention masks.") in args.notes
-    assert "PaddleNLP-only keys accepted without effect: pipeline_parallel_degree, use_fused_rope." in args.notes
+    assert ("fused_linear=False: accepted for PaddleNLP compatibility; no effect here, because ppokit runs "
+            "PyTorch/transformers kernels.") in args.notes
+    assert ("use_remove_padding=True: accepted for PaddleNLP compatibility; no effect here, because ppokit masks "
+            "padding with attention masks.") in args.notes
+    assert ("Accepted for PaddleNLP compatibility; no effect here: pipeline_parallel_degree, "
+            "use_fused_rope.") in args.notes
 
 
 def test_notes_are_logged_once(caplog, tmp_path):
