@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ppokit.args import ConfigError, load_arguments
-from ppokit.training.advantage import overlong_penalty
+from ppokit.algos.advantages import overlong_penalty
 
 ROOT = Path(__file__).resolve().parents[2]
 GRPO = str(ROOT / "config" / "grpo_argument.json")
