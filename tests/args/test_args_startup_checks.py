@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ppokit.args import ConfigError, load_arguments
 from ppokit.algos.advantages import overlong_penalty
+from ppokit.args import ConfigError, load_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 GRPO = str(ROOT / "config" / "grpo_argument.json")
