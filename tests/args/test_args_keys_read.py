@@ -25,9 +25,6 @@ READ_BY_ARGS["max_src_len"] = "rules.py"  # replaced by max_prompt_len, with a n
 READ_BY_ARGS["do_train"] = "rules.py"  # run_ppo.py trains either way; false gets a note saying so
 # critic_<key> is read as option(args, "<key>", critic=True) (ppokit/training/engine_setup.py).
 CRITIC_PREFIX = "critic_"
-# Owned by the vLLM engine (helper i18 wires them into ppokit/rollout/vllm_engine.py); listed here until that
-# lands so this walk does not fail on them alone. Remove an entry once vllm_engine.py reads it.
-OWNED_BY_VLLM_ENGINE = {"rollout_max_num_seqs", "rollout_tensor_parallel_degree", "tensor_parallel_degree"}
 
 
 def source_outside_args() -> str:
@@ -48,7 +45,7 @@ def test_every_field_is_read_or_declared_without_effect():
     source = source_outside_args()
     unaccounted = []
     for name in Arguments.model_fields:
-        if name in IGNORED or name in OWNED_BY_VLLM_ENGINE or is_read(name, source):
+        if name in IGNORED or is_read(name, source):
             continue
         if name in READ_BY_ARGS and re.search(rf"args\.{name}\b|[\"']{name}[\"']",
                                               (PACKAGE / "args" / READ_BY_ARGS[name]).read_text()):
