@@ -12,6 +12,7 @@ from .argv import split_options
 from .batch import batch_plan
 from .errors import ConfigError
 from .fieldinfo import type_name
+from .history import hub_dataset_errors
 from .loader import env_world_size, load_arguments
 from .translate import IGNORED, RENAMES, suggest
 
@@ -59,6 +60,10 @@ def parse_cli(argv: list[str]) -> Arguments:
     _ensure_log_handler()
     try:
         args = _load(argv)
+        hub = hub_dataset_errors(args)  # refused before any model loads; --print_config only lists them
+        if hub and "print_config" not in keys:
+            raise ConfigError("\n".join(f"{argv[0] if argv else 'arguments'}: {e}" for e in hub))
+        args.notes.extend(f"training would stop here: {e}" for e in hub)
         if "print_config" in keys:
             text = json.dumps(resolved_config(args), indent=2)
     except ConfigError as exc:

@@ -19,6 +19,7 @@ def derive(args: Arguments, world_size: int) -> tuple[dict[str, Any], list[str]]
     notes: list[str] = []
     _batch_rules(args, world_size, updates, notes)
     _eval_rules(args, updates)
+    _eval_batch_cap(args, world_size, updates, notes)
     _misc_rules(args, updates, notes)
     _algorithm_presets(args, updates, notes)
     return updates, notes
@@ -87,6 +88,25 @@ def _eval_rules(args: Arguments, updates: dict) -> None:
         updates["report_to"] = []
     if args.disable_tqdm is None:
         updates["disable_tqdm"] = False
+
+
+def _eval_batch_cap(args: Arguments, world_size: int, updates: dict, notes: list[str]) -> None:
+    """PaddleNLP's cap on per_device_eval_batch_size: global_batch_size x rollout_n x update_iters / its
+    data-parallel ranks (E7+), per_device_rollout_batch_size x rollout_n in per-device mode (E2b-E4)."""
+    plan = batch_plan(args, world_size)
+    if plan.mode == "global":
+        cap = args.global_batch_size * args.rollout_n * args.update_iters // plan.data_parallel_size
+        rule = (f"global_batch_size x rollout_n x update_iters / data-parallel ranks = {args.global_batch_size} x "
+                f"{args.rollout_n} x {args.update_iters} / {plan.data_parallel_size}")
+    else:
+        rollout = updates.get("per_device_rollout_batch_size", args.per_device_rollout_batch_size)
+        cap = rollout * args.rollout_n
+        rule = f"per_device_rollout_batch_size x rollout_n = {rollout} x {args.rollout_n}"
+    if cap >= 1 and args.per_device_eval_batch_size > cap:
+        updates["per_device_eval_batch_size"] = cap
+        if "per_device_eval_batch_size" in args.model_fields_set:
+            notes.append(f"per_device_eval_batch_size={args.per_device_eval_batch_size} is capped at {rule} = {cap} "
+                         "(as PaddleNLP does).")
 
 
 def _misc_rules(args: Arguments, updates: dict, notes: list[str]) -> None:

@@ -107,9 +107,16 @@ def test_reward_server_required(tmp_path):
 def test_precision_conflicts(tmp_path):
     path = write(tmp_path, {"bf16": True, "fp16": True})
     assert error_of(path) == f"{path}: bf16 and fp16 are both true; choose one precision."
-    path = write(tmp_path, {"fp16_opt_level": "O2"})
+    path = write(tmp_path, {"fp16_opt_level": "O2", "device": "cuda"})
     assert error_of(path) == (f"{path}: fp16_opt_level=O2 needs bf16 or fp16 true (PaddleNLP refuses it too); "
                               "set one, or use O1.")
+
+
+def test_o2_without_half_precision_runs_fp32_on_cpu(tmp_path):
+    path = write(tmp_path, {"fp16_opt_level": "O2", "bf16": False, "device": "cpu"})
+    args = load_arguments(path)
+    assert args.fp16_opt_level == "O1" and not args.bf16 and not args.fp16
+    assert any(n.startswith("fp16_opt_level=O2 with bf16 and fp16 false: training runs in float32") for n in args.notes)
 
 
 @pytest.mark.parametrize("value", ["stage4", "offload", "stage1 stage2"])
