@@ -122,7 +122,7 @@ def test_scores_as_the_ppo_kk_reward_server(response, expected, verdict):
     [
         # the response opens its own <think>: with the prepended one that is two, the format fails (-1 - 2)
         (f"<think>easy</think><answer>{REF}</answer>", -3.0),
-        (f"<think>x</think><answer>(1) Zoey is a knight\n(2) Oliver is a knight\n(3) Ethan is a knight</answer>",
+        ("<think>x</think><answer>(1) Zoey is a knight\n(2) Oliver is a knight\n(3) Ethan is a knight</answer>",
          -3.0),
         # no <think> at all: the prepended one completes the format (+1 + 2), whatever the prompt
         (f"reasoning</think><answer>{REF}</answer>", 3.0),
