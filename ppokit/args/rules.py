@@ -32,6 +32,11 @@ ALGORITHM_PRESETS = {
     # DAPO (Yu et al. 2025): clip-higher, token-level loss, dynamic sampling, overlong shaping.
     "dapo": {"clip_range_ratio_low": 0.2, "clip_range_ratio_high": 0.28, "loss_agg_mode": "token-mean",
              "dynamic_sampling": True, "enable_overlong_reward_buffer": True},
+    # VAPO (Yue et al. 2025): value pretraining, decoupled GAE (critic lambda 1), length-adaptive actor lambda
+    # (alpha 0.05), clip-higher, token-level loss, positive-example LM loss (mu 0.1).
+    "vapo": {"critic_warmup_steps": 50, "lam_critic": 1.0, "length_adaptive_alpha": 0.05,
+             "clip_range_ratio_low": 0.2, "clip_range_ratio_high": 0.28, "loss_agg_mode": "token-mean",
+             "positive_lm_coeff": 0.1},
 }
 
 

@@ -46,11 +46,11 @@ def test_wrong_type_names_key_value_and_type(tmp_path):
 
 
 def test_wrong_choice_lists_the_choices(tmp_path):
-    path = write(tmp_path, "rl_algorithm: vapo\n", "cfg.yaml")
+    path = write(tmp_path, "rl_algorithm: trpo\n", "cfg.yaml")
     assert error_of(path) == (
-        f"{path}: rl_algorithm='vapo' is not valid: expected one of 'ppo', 'grpo', 'reinforce_plus_plus', "
-        "'rloo', 'drgrpo', 'dapo', 'reinforce_plus_plus_baseline' (Input should be 'ppo', 'grpo', "
-        "'reinforce_plus_plus', 'rloo', 'drgrpo', 'dapo' or 'reinforce_plus_plus_baseline').")
+        f"{path}: rl_algorithm='trpo' is not valid: expected one of 'ppo', 'grpo', 'reinforce_plus_plus', "
+        "'rloo', 'drgrpo', 'dapo', 'reinforce_plus_plus_baseline', 'vapo' (Input should be 'ppo', 'grpo', "
+        "'reinforce_plus_plus', 'rloo', 'drgrpo', 'dapo', 'reinforce_plus_plus_baseline' or 'vapo').")
 
 
 def test_wrong_list_item_names_the_item():
