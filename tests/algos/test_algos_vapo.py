@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ppokit.algos import ADVANTAGE_ESTIMATORS, ALGORITHMS, AUX_LOSSES, compute_advantages, reduce_loss
+from ppokit.algos import ALGORITHMS, AUX_LOSSES, compute_advantages, reduce_loss
 from ppokit.algos.advantages import decoupled_gae, gae, length_adaptive_lambda
 from ppokit.algos.lm_loss import positive_example_nll
 from ppokit.algos.masked import masked_whiten

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ppokit.algorithms import algorithm
 from ppokit.args import ConfigError, batch_plan, load_arguments, resolved_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +47,7 @@ def test_epochs_minus_one_is_ignored_when_max_steps_is_set():
 
 def test_vapo_file_loads_with_the_paper_recipe_and_paddlenlp_eval_cap():
     args = load_arguments(ERAS / "qwen_vapo_gsm8k.yaml")
-    assert args.rl_algorithm == "vapo" and args.use_critic and args.use_rule_reward
+    assert args.rl_algorithm == "vapo" and algorithm("vapo").needs_critic and args.use_rule_reward
     assert args.critic_warmup_steps == 50  # pretrain_critic_steps
     assert (args.lam_critic, args.length_adaptive_alpha, args.positive_lm_coeff) == (1.0, 0.05, 0.1)
     assert (args.clip_range_ratio_low, args.clip_range_ratio_high, args.loss_agg_mode) == (0.2, 0.28, "token-mean")

@@ -6,7 +6,7 @@ import torch
 from ppo_helpers import changed, make_ppo, rollout_with_advantages, snapshot
 
 from ppokit.algos.advantages import decoupled_gae, length_adaptive_lambda
-from ppokit.training.advantage import global_whiten
+from ppokit.algos.masked import masked_whiten
 
 
 def signed_chars(prompts, responses, **fields):
@@ -32,7 +32,7 @@ def test_vapo_advantages_use_the_length_adaptive_actor_lambda_and_critic_lambda_
     lam = length_adaptive_lambda(mask.sum(-1), 0.5)  # lengths 1..8: 1 - 2/l
     raw, returns = decoupled_gae(batch.token_rewards, batch.values, mask, 1.0, lam, 1.0)
     torch.testing.assert_close(batch.returns, returns)
-    torch.testing.assert_close(batch.advantages, global_whiten(raw, mask))
+    torch.testing.assert_close(batch.advantages, masked_whiten(raw, mask))
     # critic lambda 1 with gamma 1: the return on every token is the sequence's total reward
     total = (batch.token_rewards * mask).sum(-1, keepdim=True)
     torch.testing.assert_close(batch.returns, total * mask)
