@@ -87,7 +87,7 @@ def test_gsm8k_task_scores_and_refuses_a_reference_without_a_number():
     task = get("gsm8k")
     record = {"label": "3 + 4 = 7\n#### 7", "source": "g.jsonl:1"}
     assert task.score("#### 7", record) == 1.0 and task.score(task.solution(record), record) == task.max_score
-    assert task.score("I think 3 + 4 = 8", record) == 0.0
+    assert task.score("I think 3 + 4 = 8", record) == 0.0 and task.score("3 + 4 = 7", record) == 0.0
     with pytest.raises(Exception, match="holds no number"):
         task.score("#### 7", {"label": "seven", "source": "g.jsonl:2"})
     with pytest.raises(Exception, match="not generated locally"):
@@ -144,8 +144,8 @@ def test_normalize_math_answer(text, canonical):
 @pytest.mark.parametrize(("response", "truth", "score"), [
     ("work... #### 72", "#### 72", 1.0),
     ("work... #### 72", "72", 1.0),
-    ("the total is \\boxed{72}", "... #### 72", 1.0),
-    ("72 apples, then 5 left", "#### 72", 0.0),  # no marker, no box: the last number (5) is read
+    ("the total is \\boxed{72}", "... #### 72", 0.0),  # strict: no '####', no score (PaddleNLP, verl)
+    ("72 apples", "#### 72", 0.0),
     ("#### 72.00", "#### 72", 1.0),
     ("#### 71", "#### 72", 0.0),
     ("", "#### 72", 0.0),
