@@ -96,8 +96,11 @@ def _eval_rules(args: Arguments, updates: dict) -> None:
 
 
 def _eval_batch_cap(args: Arguments, world_size: int, updates: dict, notes: list[str]) -> None:
-    """PaddleNLP's cap on per_device_eval_batch_size: global_batch_size x rollout_n x update_iters / its
-    data-parallel ranks (E7+), per_device_rollout_batch_size x rollout_n in per-device mode (E2b-E4)."""
+    """PaddleNLP's cap on a given per_device_eval_batch_size: global_batch_size x rollout_n x update_iters /
+    its data-parallel ranks (E7+), per_device_rollout_batch_size x rollout_n in per-device mode (E2b-E4).
+    The default (8) is left alone: its eval batches (and so its sampled eval responses) stay as they were."""
+    if "per_device_eval_batch_size" not in args.model_fields_set:
+        return
     plan = batch_plan(args, world_size)
     if plan.mode == "global":
         cap = args.global_batch_size * args.rollout_n * args.update_iters // plan.data_parallel_size
@@ -109,9 +112,8 @@ def _eval_batch_cap(args: Arguments, world_size: int, updates: dict, notes: list
         rule = f"per_device_rollout_batch_size x rollout_n = {rollout} x {args.rollout_n}"
     if cap >= 1 and args.per_device_eval_batch_size > cap:
         updates["per_device_eval_batch_size"] = cap
-        if "per_device_eval_batch_size" in args.model_fields_set:
-            notes.append(f"per_device_eval_batch_size={args.per_device_eval_batch_size} is capped at {rule} = {cap} "
-                         "(as PaddleNLP does).")
+        notes.append(f"per_device_eval_batch_size={args.per_device_eval_batch_size} is capped at {rule} = {cap} "
+                     "(as PaddleNLP does).")
 
 
 def _misc_rules(args: Arguments, updates: dict, notes: list[str]) -> None:
