@@ -1,5 +1,5 @@
 """PaddleNLP's rule reward and reward-server sample: gsm8k answers ("#### 72") scored, the task detected per
-record, error bodies PaddleNLP's client can read; the shared math answer helpers on hand-made strings."""
+record, error bodies PaddleNLP's client can read; gsm8k answers on hand-made strings."""
 
 from __future__ import annotations
 
@@ -11,14 +11,7 @@ from ppokit.rewards.functions import NamedReward, compute_rewards, make_rule_rew
 from ppokit.rewards.scorers import build_scorer
 from ppokit.rewards.server import create_app
 from ppokit.tasks import get
-from ppokit.tasks.math_answer import (
-    gsm8k_answer,
-    gsm8k_score,
-    last_boxed,
-    last_number,
-    math_score,
-    normalize_math_answer,
-)
+from ppokit.tasks.math_answer import gsm8k_answer, gsm8k_score
 
 # The shape of PaddleNLP's client.py sample (its own sentences are not copied): gsm8k solutions as tgt.
 CLIENT_SAMPLE = {
@@ -83,15 +76,12 @@ def test_rule_reward_without_task_scores_gsm8k_kk_and_numbers():
     assert total.tolist() == [1.0, 0.0, 3.0, 1.0]
 
 
-def test_gsm8k_task_scores_and_refuses_a_reference_without_a_number():
+def test_gsm8k_task_scores_strictly_after_the_last_marker():
     task = get("gsm8k")
     record = {"label": "3 + 4 = 7\n#### 7", "source": "g.jsonl:1"}
     assert task.score("#### 7", record) == 1.0 and task.score(task.solution(record), record) == task.max_score
-    assert task.score("I think 3 + 4 = 8", record) == 0.0 and task.score("3 + 4 = 7", record) == 0.0
-    with pytest.raises(Exception, match="holds no number"):
-        task.score("#### 7", {"label": "seven", "source": "g.jsonl:2"})
-    with pytest.raises(Exception, match="not generated locally"):
-        task.generate(1)
+    assert task.score("#### 8", record) == 0.0
+    assert task.score("3 + 4 = 7", record) == 0.0  # no '####': strict, as PaddleNLP's rule reward and verl
 
 
 @pytest.mark.parametrize(("text", "answer"), [
@@ -105,42 +95,6 @@ def test_gsm8k_answer(text, answer):
     assert gsm8k_answer(text) == answer
 
 
-@pytest.mark.parametrize(("text", "number"), [
-    ("3 apples and 1,200 pears", "1200"),
-    ("it costs $18.50.", "18.50"),
-    ("from 5 down to −7", "-7"),
-    ("x-2", "2"),  # a '-' right after a letter is an operator
-    ("half is .5", ".5"),
-    ("none here", None),
-])
-def test_last_number(text, number):
-    assert last_number(text) == number
-
-
-@pytest.mark.parametrize(("text", "boxed"), [
-    ("the answer is \\boxed{\\frac{1}{2}} ok", "\\frac{1}{2}"),
-    ("\\boxed{1} then \\boxed{2}", "2"),
-    ("\\fbox{x}", "x"),
-    ("\\boxed{unclosed", None),
-    ("plain", None),
-])
-def test_last_boxed(text, boxed):
-    assert last_boxed(text) == boxed
-
-
-@pytest.mark.parametrize(("text", "canonical"), [
-    (" 72.0 ", "72"),
-    ("$1,234$", "1234"),
-    ("\\dfrac{1}{2}", "\\frac{1}{2}"),
-    ("\\text{east}", "east"),
-    ("\\left( 1, 2 \\right)", "(1,2)"),
-    ("90^\\circ", "90"),
-    ("0.5", "0.5"),
-])
-def test_normalize_math_answer(text, canonical):
-    assert normalize_math_answer(text) == canonical
-
-
 @pytest.mark.parametrize(("response", "truth", "score"), [
     ("work... #### 72", "#### 72", 1.0),
     ("work... #### 72", "72", 1.0),
@@ -152,14 +106,3 @@ def test_normalize_math_answer(text, canonical):
 ])
 def test_gsm8k_score(response, truth, score):
     assert gsm8k_score(response, truth) == score
-
-
-@pytest.mark.parametrize(("response", "truth", "score"), [
-    ("so \\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}", 1.0),
-    ("so \\boxed{0.5}", "\\boxed{\\frac{1}{2}}", 0.0),  # a LaTeX fraction is not read as a number
-    ("so \\boxed{1/2}", "0.5", 1.0),
-    ("the answer is 12", "12", 1.0),
-    ("\\boxed{12}", "13", 0.0),
-])
-def test_math_score(response, truth, score):
-    assert math_score(response, truth) == score
