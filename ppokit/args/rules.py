@@ -96,24 +96,20 @@ def _eval_rules(args: Arguments, updates: dict) -> None:
 
 
 def _eval_batch_cap(args: Arguments, world_size: int, updates: dict, notes: list[str]) -> None:
-    """PaddleNLP's cap on a given per_device_eval_batch_size: global_batch_size x rollout_n x update_iters /
-    its data-parallel ranks (E7+), per_device_rollout_batch_size x rollout_n in per-device mode (E2b-E4).
-    The default (8) is left alone: its eval batches (and so its sampled eval responses) stay as they were."""
+    """PaddleNLP E7+'s cap on a given per_device_eval_batch_size (global mode): global_batch_size x rollout_n
+    x update_iters / its data-parallel ranks. The default (8) and per-device mode (whose E2b-E4 cap tied
+    eval to rollout micro-batches, meaningless for ppokit's eval CLI) are left alone."""
     if "per_device_eval_batch_size" not in args.model_fields_set:
         return
     plan = batch_plan(args, world_size)
-    if plan.mode == "global":
-        cap = args.global_batch_size * args.rollout_n * args.update_iters // plan.data_parallel_size
-        rule = (f"global_batch_size x rollout_n x update_iters / data-parallel ranks = {args.global_batch_size} x "
-                f"{args.rollout_n} x {args.update_iters} / {plan.data_parallel_size}")
-    else:
-        rollout = updates.get("per_device_rollout_batch_size", args.per_device_rollout_batch_size)
-        cap = rollout * args.rollout_n
-        rule = f"per_device_rollout_batch_size x rollout_n = {rollout} x {args.rollout_n}"
+    if plan.mode != "global":
+        return
+    cap = args.global_batch_size * args.rollout_n * args.update_iters // plan.data_parallel_size
     if cap >= 1 and args.per_device_eval_batch_size > cap:
         updates["per_device_eval_batch_size"] = cap
-        notes.append(f"per_device_eval_batch_size={args.per_device_eval_batch_size} is capped at {rule} = {cap} "
-                     "(as PaddleNLP does).")
+        notes.append(f"per_device_eval_batch_size={args.per_device_eval_batch_size} is capped at global_batch_size x "
+                     f"rollout_n x update_iters / data-parallel ranks = {args.global_batch_size} x {args.rollout_n} x "
+                     f"{args.update_iters} / {plan.data_parallel_size} = {cap} (as PaddleNLP does).")
 
 
 def _misc_rules(args: Arguments, updates: dict, notes: list[str]) -> None:
