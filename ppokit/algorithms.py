@@ -30,6 +30,8 @@ ALGORITHMS: dict[str, Algorithm] = {
     "drgrpo": Algorithm("drgrpo", needs_groups=True),
     "dapo": Algorithm("grpo", needs_groups=True),  # GRPO's estimator; DAPO's other parts are config keys
     "reinforce_plus_plus_baseline": Algorithm("reinforce_plus_plus_baseline", needs_groups=True, kl_in_reward=True),
+    # PaddleNLP's late VAPO: PPO with decoupled, length-adaptive GAE; its other parts are config keys (preset).
+    "vapo": Algorithm("vapo", kl_in_reward=True, needs_critic=True),
 }
 
 ALGORITHM_NAMES = tuple(ALGORITHMS)

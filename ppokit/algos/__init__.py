@@ -12,7 +12,7 @@ May import: torch and the algorithm table `ppokit.algorithms`; no other ppokit r
 
 from ppokit.algorithms import ALGORITHMS, Algorithm, algorithm
 
-from . import advantages, kl, logprobs, masked, policy_loss, reduce, rollout_correction, value_loss
+from . import advantages, kl, lm_loss, logprobs, masked, policy_loss, reduce, rollout_correction, value_loss
 from .advantages import ADVANTAGE_ESTIMATORS, compute_advantages
 from .kl import (
     KL_ALIASES,
@@ -25,6 +25,7 @@ from .kl import (
     kl_penalty,
     make_kl_controller,
 )
+from .lm_loss import AUX_LOSSES
 from .logprobs import entropy_from_logits, token_logprobs
 from .masked import masked_mean, masked_sum, masked_var, masked_whiten
 from .policy_loss import POLICY_LOSSES
@@ -35,6 +36,7 @@ from .value_loss import VALUE_LOSSES
 __all__ = [
     "advantages",
     "kl",
+    "lm_loss",
     "logprobs",
     "masked",
     "policy_loss",
@@ -42,6 +44,7 @@ __all__ = [
     "rollout_correction",
     "value_loss",
     "ADVANTAGE_ESTIMATORS",
+    "AUX_LOSSES",
     "ALGORITHMS",
     "Algorithm",
     "algorithm",

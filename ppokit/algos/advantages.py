@@ -1,4 +1,5 @@
-"""Advantage estimators: GRPO / Dr.GRPO, RLOO, REINFORCE++ (+ group baseline) and GAE.
+"""Advantage estimators: GRPO / Dr.GRPO, RLOO, REINFORCE++ (+ group baseline), GAE and VAPO's
+decoupled, length-adaptive GAE.
 
 Notation: B sequences (responses), T response positions, ``mask`` (B, T) marks valid tokens.
 ``scores`` (B,) are sequence-level rewards; ``token_rewards`` (B, T) are per-token rewards
@@ -11,7 +12,8 @@ carry no gradient (they run under ``torch.no_grad``).
 
 ``ADVANTAGE_ESTIMATORS`` maps the estimator name (``ppokit.algorithms.ALGORITHMS[name].estimator``)
 to a uniform entry point ``fn(token_rewards, mask, *, scores=None, group_ids=None, values=None,
-gamma=1.0, lam=1.0, norm_by_std=True, eps=1e-6, whiten=True, group=None)``; outcome estimators
+gamma=1.0, lam=1.0, norm_by_std=True, eps=1e-6, whiten=True, group=None, lam_critic=None,
+length_alpha=None)`` (the last two read by gae and vapo); outcome estimators
 (grpo, drgrpo, rloo) use ``scores`` (B,) when given, else the score of sequence i as
 sum_t token_rewards[i, t] m[i, t]. ``whiten`` / ``group`` are GAE's (whiten over the valid tokens
 of every rank of the process group). ``compute_advantages(name, ...)`` calls it by name.
@@ -29,6 +31,8 @@ __all__ = [
     "reinforce_pp",
     "reinforce_pp_baseline",
     "gae",
+    "length_adaptive_lambda",
+    "decoupled_gae",
     "compute_advantages",
     "ADVANTAGE_ESTIMATORS",
     "overlong_penalty",
@@ -202,13 +206,14 @@ def gae(
     values: torch.Tensor,
     mask: torch.Tensor,
     gamma: float,
-    lam: float,
+    lam: float | torch.Tensor,
     whiten: bool = True,
     group=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over valid tokens only.
 
-    token_rewards: (B, T), values: (B, T), mask: (B, T) -> (advantages, returns), both (B, T).
+    token_rewards: (B, T), values: (B, T), mask: (B, T), lam: float or (B,) one lambda per sequence
+    (VAPO's length-adaptive lambda) -> (advantages, returns), both (B, T).
     whiten: False returns the raw A; group: a torch.distributed process group whose ranks'
     valid tokens give the whitening statistics (see ``masked_whiten``).
     Walking back over valid tokens (masked tokens are skipped: V_next and A_next carry over
@@ -225,6 +230,7 @@ def gae(
     next_v = r.new_zeros(r.shape[0])
     next_a = r.new_zeros(r.shape[0])
     adv = torch.zeros_like(r)
+    lam = torch.as_tensor(lam, dtype=r.dtype, device=r.device).expand(r.shape[0])
     for t in reversed(range(r.shape[1])):
         a = r[:, t] + gamma * next_v - v[:, t] + gamma * lam * next_a
         ok = valid[:, t]
@@ -233,6 +239,39 @@ def gae(
         next_a = torch.where(ok, a, next_a)
     returns = (adv + v) * m
     return (masked_whiten(adv, m, group=group) if whiten else adv * m), returns
+
+
+def length_adaptive_lambda(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
+    """VAPO's length-adaptive GAE lambda for the policy: lam = 1 - 1 / (alpha * l), clamped to [0, 1].
+
+    lengths: (B,) valid response tokens l -> (B,). Long responses get lam near 1 (low bias: the outcome
+    reward reaches their early tokens), short ones a smaller lam; l <= 1/alpha gives 0 (one-step TD).
+    """
+    if alpha <= 0:
+        raise ValueError(f"length-adaptive alpha must be > 0, got {alpha}")
+    length = lengths.to(torch.float32).clamp_min(1.0)
+    return (1.0 - 1.0 / (alpha * length)).clamp(0.0, 1.0)
+
+
+@torch.no_grad()
+def decoupled_gae(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    lam_actor: float | torch.Tensor,
+    lam_critic: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """VAPO's decoupled GAE: the policy's advantages with ``lam_actor`` (a float or (B,) per sequence),
+    the critic's regression targets with ``lam_critic`` (VAPO: 1.0, unbiased Monte-Carlo returns).
+
+    token_rewards, values, mask: (B, T) -> (advantages, returns), both (B, T), 0 on masked tokens;
+    advantages are raw (not whitened): the GAE advantages of lam_actor; returns = A_critic + V.
+    """
+    adv_critic, returns = gae(token_rewards, values, mask, gamma, lam_critic, whiten=False)
+    same = not isinstance(lam_actor, torch.Tensor) and lam_actor == lam_critic
+    adv = adv_critic if same else gae(token_rewards, values, mask, gamma, lam_actor, whiten=False)[0]
+    return adv, returns
 
 
 def _need(name: str, what: str, value):
@@ -246,8 +285,10 @@ def _entry(name: str):
     """Build the uniform registry entry for estimator ``name`` (see module docstring)."""
 
     def run(token_rewards, mask, *, scores=None, group_ids=None, values=None, gamma=1.0, lam=1.0, norm_by_std=True,
-            eps=1e-6, whiten=True, group=None):
-        """token_rewards: (B, T), mask: (B, T) [, scores (B,), group_ids (B,), values (B, T)] -> (adv, ret) (B, T)."""
+            eps=1e-6, whiten=True, group=None, lam_critic=None, length_alpha=None):
+        """token_rewards: (B, T), mask: (B, T) [, scores (B,), group_ids (B,), values (B, T)] -> (adv, ret) (B, T).
+        gae/vapo: lam_critic (None -> lam) for the returns, and with length_alpha the actor's lambda per
+        sequence of length l is 1 - 1/(length_alpha l) (VAPO's decoupled, length-adaptive GAE)."""
         if name in ("grpo", "drgrpo", "rloo"):
             ids = _need(name, "group_ids", group_ids)
             if scores is None:
@@ -259,7 +300,16 @@ def _entry(name: str):
             return reinforce_pp(token_rewards, mask, gamma)
         if name == "reinforce_plus_plus_baseline":
             return reinforce_pp_baseline(token_rewards, _need(name, "group_ids", group_ids), mask, gamma)
-        return gae(token_rewards, _need(name, "values (a critic)", values), mask, gamma, lam, whiten=whiten, group=group)
+        values = _need(name, "values (a critic)", values)
+        if name == "vapo":  # the paper's values where the caller gives none
+            lam_critic = 1.0 if lam_critic is None else lam_critic
+            length_alpha = 0.05 if length_alpha is None else length_alpha
+        if lam_critic is None and length_alpha is None:
+            return gae(token_rewards, values, mask, gamma, lam, whiten=whiten, group=group)
+        lam_actor = lam if length_alpha is None else length_adaptive_lambda(as_float_mask(mask, token_rewards).sum(-1),
+                                                                            length_alpha)
+        adv, ret = decoupled_gae(token_rewards, values, mask, gamma, lam_actor, lam if lam_critic is None else lam_critic)
+        return (masked_whiten(adv, mask, group=group) if whiten else adv), ret
 
     run.__name__ = f"advantages_{name}"
     return run
@@ -267,7 +317,7 @@ def _entry(name: str):
 
 ADVANTAGE_ESTIMATORS = {
     name: _entry(name)
-    for name in ("grpo", "drgrpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae")
+    for name in ("grpo", "drgrpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae", "vapo")
 }
 
 

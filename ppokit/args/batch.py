@@ -14,15 +14,18 @@ Two modes pick the numbers, as PaddleNLP's versions did:
 * ``global`` (``global_batch_size`` given, PaddleNLP E5+): prompts_per_step = global_batch_size,
   mini_batch_prompts = global_mini_batch_size (<0 -> global_batch_size); accumulation is computed.
 * ``per_device`` (otherwise, PaddleNLP E0-E4): prompts_per_step = per_device_prompt_batch_size x
-  world_size; a mini-batch is per_device_train_batch_size x gradient_accumulation_steps (from the
-  config) sequences per rank.
+  data_parallel_size; a mini-batch is per_device_train_batch_size x gradient_accumulation_steps (from
+  the config) x data_parallel_size sequences. ``data_parallel_size`` is PaddleNLP's count of
+  data-parallel ranks, world_size / tensor_parallel_degree / pipeline_parallel_degree (a TP-8 file on
+  8 GPUs has one), so a file draws the same prompts per step as under PaddleNLP; ppokit then splits
+  those sequences over all its world_size ranks, which all train data-parallel.
 
 PaddleNLP E5+ differs when update_iters > 1: it repeats the micro-batch list update_iters times and
 folds update_iters into the accumulation (global_mini x rollout_n x update_iters / micro / ranks), so it
 makes global_batch_size / global_mini_batch_size optimizer steps per rollout whatever update_iters is.
 ppokit makes update_iters times as many, each over one real mini-batch. With update_iters = 1 both agree.
-All ranks are data-parallel here (vLLM tensor parallelism only shards rollouts), so world_size is
-PaddleNLP's dataset_world_size.
+All ranks are data-parallel here (vLLM tensor parallelism only shards rollouts); global sizes are
+global in both programs, so in global mode world_size only sets the per-rank split.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class BatchPlan:
     world_size: int
     mode: Literal["global", "per_device"]
     gen_prompts_per_step: int  # global prompts generated per round (> prompts_per_step with dynamic sampling)
+    data_parallel_size: int = 1  # PaddleNLP's data-parallel ranks (world / TP / PP): per_device_* count per one
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as a plain dict."""
@@ -79,7 +83,7 @@ def batch_plan(args: Any, world_size: int = 1) -> BatchPlan:
                  f"{micro} must divide; choose a micro-batch that divides {mini_seq_rank}")
     else:
         prompts, mini, gen, mini_seq_rank = _per_device_sizes(args, world_size)
-        accumulation = args.gradient_accumulation_steps
+        accumulation = mini_seq_rank // micro
     steps = args.update_iters * prompts // mini
     return BatchPlan(
         prompts_per_step=prompts, sequences_per_step=prompts * n, prompts_per_rank=prompts // world_size,
@@ -87,7 +91,14 @@ def batch_plan(args: Any, world_size: int = 1) -> BatchPlan:
         mini_batch_sequences_per_rank=mini_seq_rank, micro_batch_size=micro,
         gradient_accumulation_steps=accumulation, update_iters=args.update_iters,
         optimizer_steps_per_rollout=steps, rollout_n=n, world_size=world_size, mode=batch_mode(args),
-        gen_prompts_per_step=gen)
+        gen_prompts_per_step=gen, data_parallel_size=data_parallel_size(args, world_size))
+
+
+def data_parallel_size(args: Any, world_size: int) -> int:
+    """PaddleNLP's data-parallel ranks (its dataset_world_size): world_size / tensor_parallel_degree /
+    pipeline_parallel_degree, at least 1 (a TP-8 file on one CPU process counts as one rank)."""
+    model_parallel = max(args.tensor_parallel_degree, 1) * max(args.pipeline_parallel_degree, 1)
+    return max(world_size // model_parallel, 1)
 
 
 def _global_sizes(args: Any, world: int) -> tuple[int, int, int]:
@@ -114,24 +125,39 @@ def _global_sizes(args: Any, world: int) -> tuple[int, int, int]:
 
 def _per_device_sizes(args: Any, world: int) -> tuple[int, int, int, int]:
     n, micro, accumulation = args.rollout_n, args.per_device_train_batch_size, args.gradient_accumulation_steps
+    dp = data_parallel_size(args, world)
     gen_rank = args.per_device_prompt_batch_size
     sampled = args.dynamic_sampling and "per_device_sample_batch_size" in args.model_fields_set
     prompts_rank = args.per_device_sample_batch_size if sampled else gen_rank
     _require(gen_rank >= prompts_rank,
              f"per_device_prompt_batch_size={gen_rank} is smaller than per_device_sample_batch_size="
              f"{prompts_rank}; dynamic sampling generates at least the prompts it keeps")
-    seq_rank = prompts_rank * n
-    mini_seq_rank = micro * accumulation
+    ranks = "world_size" if dp == world else f"data_parallel_size (world {world} / TP x PP)"
+    prompts, gen = prompts_rank * dp, gen_rank * dp
+    mini_seqs = micro * accumulation * dp  # global sequences per optimizer step
+    _require(prompts % world == 0 and gen % world == 0,
+             f"per-device prompts x {ranks} = {prompts_rank} x {dp} = {prompts} prompts per step cannot be split "
+             f"over {world} ranks; make it a multiple of {world}")
+    _require(mini_seqs % world == 0,
+             f"per_device_train_batch_size x gradient_accumulation_steps x {ranks} = {micro} x {accumulation} x {dp} "
+             f"= {mini_seqs} sequences per optimizer step cannot be split over {world} ranks")
+    seq_rank, mini_seq_rank = prompts * n // world, mini_seqs // world
     _require(seq_rank % mini_seq_rank == 0,
-             f"each rank has per-device prompts x rollout_n = {prompts_rank} x {n} = {seq_rank} sequences "
+             f"each rank has per-device prompts x rollout_n = {prompts // world} x {n} = {seq_rank} sequences "
              f"per step, which per_device_train_batch_size x gradient_accumulation_steps = {micro} x "
-             f"{accumulation} = {mini_seq_rank} sequences per optimizer step must divide")
-    _require(mini_seq_rank * world % n == 0,
-             f"an optimizer step sees per_device_train_batch_size x gradient_accumulation_steps x world_size "
-             f"= {micro} x {accumulation} x {world} = {mini_seq_rank * world} sequences, which must be whole "
+             f"{accumulation} = {mini_seq_rank} sequences per optimizer step must divide" if dp == world else
+             f"each rank has {seq_rank} sequences per step, which the {mini_seq_rank} sequences per rank per "
+             "optimizer step must divide")
+    _require(mini_seq_rank % micro == 0,
+             f"the {mini_seq_rank} sequences per rank per optimizer step ({mini_seqs} over {world} ranks) are not "
+             f"whole micro-batches of per_device_train_batch_size={micro}; choose a micro-batch that divides "
+             f"{mini_seq_rank}")
+    _require(mini_seqs % n == 0,
+             f"an optimizer step sees per_device_train_batch_size x gradient_accumulation_steps x {ranks} "
+             f"= {micro} x {accumulation} x {dp} = {mini_seqs} sequences, which must be whole "
              f"groups of rollout_n={n}; set global_batch_size to use the global batch rules, or make that "
              f"product a multiple of {n}")
-    return prompts_rank * world, mini_seq_rank * world // n, gen_rank * world, mini_seq_rank
+    return prompts, mini_seqs // n, gen, mini_seq_rank
 
 
 def _require(ok: bool, message: str) -> None:

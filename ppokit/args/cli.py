@@ -15,6 +15,7 @@ from .batch import batch_plan
 from .checks import startup_checks
 from .errors import ConfigError
 from .fieldinfo import type_name
+from .history import hub_dataset_errors
 from .loader import env_world_size, load_arguments
 from .translate import IGNORED, NO_EFFECT, RENAMES, suggest
 
@@ -62,6 +63,10 @@ def parse_cli(argv: list[str]) -> Arguments:
     _ensure_log_handler()
     try:
         args = _load(argv)
+        hub = hub_dataset_errors(args)  # refused before any model loads; --print_config only lists them
+        if hub and "print_config" not in keys:
+            raise ConfigError("\n".join(f"{argv[0] if argv else 'arguments'}: {e}" for e in hub))
+        args.notes.extend(f"training would stop here: {e}" for e in hub)
         if "print_config" in keys:
             startup_checks(args)  # a config that prints clean also starts
             text = json.dumps(resolved_config(args), indent=2)

@@ -47,7 +47,17 @@ class PpokitArguments(BaseModel):
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor for GAE / REINFORCE++ returns.")
     lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda.")
     critic_warmup_steps: int = Field(
-        0, ge=0, description="Rollout steps that train only the critic before the actor starts (PPO).")
+        0, ge=0, description="Rollout steps that train only the critic before the actor starts (PPO, VAPO's "
+        "value pretraining; PaddleNLP's pretrain_critic_steps).")
+    lam_critic: float | None = Field(
+        None, ge=0.0, le=1.0, description="GAE lambda of the critic's return targets (VAPO's decoupled GAE: 1.0); "
+        "None -> lam.")
+    length_adaptive_alpha: float | None = Field(
+        None, gt=0.0, description="VAPO's length-adaptive GAE: the actor's lambda per response of length l is "
+        "1 - 1/(alpha l) (VAPO: 0.05); None -> lam for every response.")
+    positive_lm_coeff: float = Field(
+        0.0, ge=0.0, description="Weight of VAPO's positive-example LM loss (token NLL of the responses whose "
+        "score is > 0) added to the actor loss (VAPO: 0.1); 0 = off.")
     # --- LoRA ---
     lora_rank: int = Field(0, ge=0, description="LoRA rank for the actor; 0 = full fine-tuning.")
     lora_alpha: int = Field(16, ge=1, description="LoRA alpha (scale = lora_alpha / lora_rank).")

@@ -16,6 +16,7 @@ from .argv import argv_to_dict
 from .checks import consistency_errors
 from .errors import ConfigError
 from .fieldinfo import allows_none, type_name
+from .history import early_errors, merged_value_rules
 from .rules import derive
 from .translate import ignored_notes, translate
 
@@ -88,11 +89,12 @@ def load_arguments(path: str | os.PathLike | None = None, overrides: dict | None
     if overrides:
         sources.append(("overrides", dict(overrides), ""))
     values, origin, notes = _merge(sources)
+    notes += merged_value_rules(values, origin, [s[0] for s in sources], lambda: _runs_on_cpu(values.get("device")))
     args = _validate(values, origin)
     updates, rule_notes = _derive(args, origin)
     args = _validate({**values, **updates}, origin)
     notes += ignored_notes({k: getattr(args, k) for k in values}) + rule_notes
-    problems = consistency_errors(args)
+    problems = consistency_errors(args) + early_errors(args)
     if problems:
         where = str(path) if path is not None else "arguments"
         raise ConfigError("\n".join(f"{where}: {p}" for p in problems))
@@ -106,6 +108,15 @@ def _without(values: dict[str, Any], drop: tuple[str, ...], path) -> dict[str, A
     if missing:
         raise ConfigError(f"{path}: cannot remove {', '.join(missing)} (~key): the file has no such key.")
     return {k: v for k, v in values.items() if k not in drop}
+
+
+def _runs_on_cpu(device: Any) -> bool:
+    """True when training will run on the CPU: device 'cpu', or no device given and no CUDA here."""
+    if isinstance(device, str) and device:
+        return device == "cpu"
+    import torch
+
+    return not torch.cuda.is_available()
 
 
 def _merge(sources: list[tuple[str, dict[str, Any], str]]) -> tuple[dict, dict, list[str]]:

@@ -20,6 +20,7 @@ def derive(args: Arguments, world_size: int) -> tuple[dict[str, Any], list[str]]
     notes: list[str] = []
     _batch_rules(args, world_size, updates, notes)
     _eval_rules(args, updates)
+    _eval_batch_cap(args, world_size, updates, notes)
     _misc_rules(args, updates, notes)
     _algorithm_presets(args, updates, notes)
     _overlong_buffer(args, updates, notes)
@@ -33,6 +34,11 @@ ALGORITHM_PRESETS = {
     # DAPO (Yu et al. 2025): clip-higher, token-level loss, dynamic sampling, overlong shaping.
     "dapo": {"clip_range_ratio_low": 0.2, "clip_range_ratio_high": 0.28, "loss_agg_mode": "token-mean",
              "dynamic_sampling": True, "enable_overlong_reward_buffer": True},
+    # VAPO (Yue et al. 2025): value pretraining, decoupled GAE (critic lambda 1), length-adaptive actor lambda
+    # (alpha 0.05), clip-higher, token-level loss, positive-example LM loss (mu 0.1).
+    "vapo": {"critic_warmup_steps": 50, "lam_critic": 1.0, "length_adaptive_alpha": 0.05,
+             "clip_range_ratio_low": 0.2, "clip_range_ratio_high": 0.28, "loss_agg_mode": "token-mean",
+             "positive_lm_coeff": 0.1},
 }
 
 
@@ -107,6 +113,23 @@ def _eval_rules(args: Arguments, updates: dict) -> None:
         updates["report_to"] = []
     if args.disable_tqdm is None:
         updates["disable_tqdm"] = False
+
+
+def _eval_batch_cap(args: Arguments, world_size: int, updates: dict, notes: list[str]) -> None:
+    """PaddleNLP E7+'s cap on a given per_device_eval_batch_size (global mode): global_batch_size x rollout_n
+    x update_iters / its data-parallel ranks. The default (8) and per-device mode (whose E2b-E4 cap tied
+    eval to rollout micro-batches, meaningless for ppokit's eval CLI) are left alone."""
+    if "per_device_eval_batch_size" not in args.model_fields_set:
+        return
+    plan = batch_plan(args, world_size)
+    if plan.mode != "global":
+        return
+    cap = args.global_batch_size * args.rollout_n * args.update_iters // plan.data_parallel_size
+    if cap >= 1 and args.per_device_eval_batch_size > cap:
+        updates["per_device_eval_batch_size"] = cap
+        notes.append(f"per_device_eval_batch_size={args.per_device_eval_batch_size} is capped at global_batch_size x "
+                     f"rollout_n x update_iters / data-parallel ranks = {args.global_batch_size} x {args.rollout_n} x "
+                     f"{args.update_iters} / {plan.data_parallel_size} = {cap} (as PaddleNLP does).")
 
 
 def _misc_rules(args: Arguments, updates: dict, notes: list[str]) -> None:

@@ -19,8 +19,9 @@ class RLTrainingArguments(BaseModel):
     model_config = GROUP_CONFIG
 
     rl_algorithm: RlAlgorithm = Field(
-        "ppo", description="ppo (actor + critic, GAE), grpo, reinforce_plus_plus (PaddleNLP) or ppokit's "
-        "rloo, drgrpo, dapo, reinforce_plus_plus_baseline.")
+        "ppo", description="ppo (actor + critic, GAE), grpo, reinforce_plus_plus, vapo (PaddleNLP; vapo = PPO "
+        "with a pretrained critic, decoupled length-adaptive GAE, clip-higher, token-level and positive-example "
+        "LM losses) or ppokit's rloo, drgrpo, dapo, reinforce_plus_plus_baseline.")
     # --- batch sizes: global mode (PaddleNLP E5+) ---
     global_batch_size: int = Field(
         8, ge=1, description="Prompts per rollout step over all ranks (sequences = global_batch_size x "

@@ -69,6 +69,11 @@ IGNORED: dict[str, str] = {
 
 NO_EFFECT = "accepted for PaddleNLP compatibility; no effect here"
 COMMENT_PREFIXES = ("comment", "_comment", "#", "//")
+PARKED_PREFIX = "_"
+"""PaddleNLP's parser drops unknown keys; its ppo-4d era files park an alternative value under a leading '_'."""
+DROPPED_TYPOS = {"skip_memory_metric": "a misspelling of skip_memory_metrics that PaddleNLP's parser dropped; "
+                                       "ppokit has no memory metrics either"}
+"""Keys PaddleNLP's parser silently dropped (they are in real files) -> why they are harmless here."""
 
 
 def known_keys() -> list[str]:
@@ -96,12 +101,19 @@ def translate(raw: dict[str, Any], source: str, prefix: str = "") -> tuple[dict[
     out: dict[str, Any] = {}
     notes: list[str] = []
     errors: list[str] = []
+    parked: list[str] = []
     for key, value in raw.items():
         if not isinstance(key, str):
             errors.append(f"{source}: key {key!r} is not a string.")
             continue
         if key.startswith(COMMENT_PREFIXES):
             notes.append(f"{source}: comment key '{key}' ignored.")
+            continue
+        if key.startswith(PARKED_PREFIX) or key in DROPPED_TYPOS:
+            if key in DROPPED_TYPOS:
+                notes.append(f"{source}: '{key}' ignored: {DROPPED_TYPOS[key]}.")
+            else:
+                parked.append(key)
             continue
         name = key
         if key in RENAMES:
@@ -118,6 +130,9 @@ def translate(raw: dict[str, Any], source: str, prefix: str = "") -> tuple[dict[
             errors.append(unknown_key_message(source, key, prefix))
             continue
         out[name] = _translate_value(name, value, source, notes)
+    if parked:
+        notes.append(f"{source}: keys starting with '_' are read as comments (PaddleNLP's parser dropped them): "
+                     + ", ".join(parked) + ".")
     return out, notes, errors
 
 

@@ -11,6 +11,7 @@ import random
 from collections import Counter
 from fractions import Fraction
 
+from ppokit.args.history import PADDLE_HUB_DATASETS
 from ppokit.data.errors import DataError
 from ppokit.data.prepare import LAYOUTS, ensure_prepared
 from ppokit.data.readers import read_rows
@@ -18,8 +19,7 @@ from ppokit.data.records import row_to_record
 
 logger = logging.getLogger("ppokit.data")
 TASK_CONFIG_KEYS = ("tasks", "seed", "size")
-# PaddleNLP's registered (downloaded) datasets of E0–E2 (PADDLE_SCHEMA.md §5.1)
-REGISTERED = ("PKU-SafeRLHF", "alpaca", "stanford-alpaca")
+REGISTERED = PADDLE_HUB_DATASETS
 TASK_ENTRY_KEYS = ("name", "path", "weight", "task", "max_records", "prompt_key", "response_key")
 
 

@@ -109,9 +109,9 @@ def build_reward_functions(args: Any, records: Sequence[dict] | None = None, bas
         fns.append(NamedReward(name="reward_model", fn=ModelReward(model_path, batch_size=batch), locate_errors=False))
     if not fns:
         raise RewardError(
-            "no reward is configured; set use_rule_reward (with a `task` in the data or the `task` "
-            "argument), reward_functions: 'file.py:fn', use_rm_server with reward_server, "
-            "or reward_model_name_or_path" + unknown_source_hint(records)
+            "no reward is configured; set use_rule_reward (each record's `task`, the `task` argument, or "
+            "the task detected from prompt and label), reward_functions: 'file.py:fn', use_rm_server with "
+            "reward_server, or reward_model_name_or_path" + unknown_source_hint(records)
         )
     fns = _weighted(_unique(fns), _attr(args, "reward_weights"))
     _announce(fns, args, use_rule and not explicit_rule)

@@ -5,10 +5,11 @@ and `response`, so the server recognises the task from the prompt and label:
 
 1. knights_knaves — the prompt mentions both "knight" and "knave" (any case), or the label reads like
    "(1) Zoey is a knight" (a numbered "... is a knight/knave" statement);
-2. countdown — the prompt mentions "countdown", or the word "numbers" followed by a bracketed list of
+2. gsm8k — the label holds a gsm8k answer line "#### 72" (PaddleNLP's client sample and gsm8k data);
+3. countdown — the prompt mentions "countdown", or the word "numbers" followed by a bracketed list of
    two or more integers ("Using the numbers [17, 18, 18], make 53"), or the label is an equation with
    an operator ending in "= <number>" ("18 + 17 + 18 = 53");
-3. arithmetic — everything else.
+4. arithmetic — everything else (a plain-number label: "8").
 
 Native `/v1/score` items may name their `task` and then skip this guess.
 """
@@ -33,7 +34,8 @@ def _is_equation(label: str | None) -> bool:
     lhs, eq, rhs = (label or "").rpartition("=")
     return bool(eq and _NUMBER.fullmatch(rhs) and _OPERATION.search(lhs))
 
-TASKS = ("knights_knaves", "countdown", "arithmetic")
+TASKS = ("knights_knaves", "gsm8k", "countdown", "arithmetic")
+_GSM8K_LABEL = re.compile(r"####\s*\$?\s*-?[\d,]*\.?\d")
 
 
 def detect_task(prompt: str, label: str | None = None) -> str:
@@ -41,6 +43,8 @@ def detect_task(prompt: str, label: str | None = None) -> str:
     prompt = prompt or ""
     if (_WORDS["knight"].search(prompt) and _WORDS["knave"].search(prompt)) or (label and _KK_LABEL.search(label)):
         return "knights_knaves"
+    if label and _GSM8K_LABEL.search(label):
+        return "gsm8k"
     if _WORDS["countdown"].search(prompt) or _WORDS["numbers"].search(prompt) or _is_equation(label):
         return "countdown"
     return "arithmetic"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import logging
 import math
 import numbers
 import sys
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ppokit.rewards.errors import RewardError
+
+_log = logging.getLogger("ppokit")
 
 if TYPE_CHECKING:  # torch is imported when rewards are combined, so the server can run without it
     import torch
@@ -260,9 +263,14 @@ def _default_get_task(name: str):
 
 
 def make_rule_reward(default_task: str | None = None, get_task: Callable | None = None) -> RewardFn:
-    """The task verifier chosen by each record's `task` field (else `default_task`), as a RewardFn."""
+    """The task verifier chosen by each record's `task` field, else `default_task`, else the task
+    `detect_task` recognises from the record's prompt and label (as the reward server does; PaddleNLP's
+    `use_rule_reward` rows carry no task), as a RewardFn. Each detected task is logged once."""
+    from ppokit.rewards.detect import detect_task
+
     lookup = get_task or _default_get_task
     cache: dict[str, Any] = {}
+    detected: set[str] = set()
 
     def rule_reward(prompts, responses, records=None, label=None, task=None, source=None, **extra):
         n = len(responses)
@@ -276,12 +284,11 @@ def make_rule_reward(default_task: str | None = None, get_task: Callable | None 
             name = record.get("task") or (task[i] if task else None) or default_task
             where = f"record {i} (source {record['source']!r})"
             if not name:
-                raise RewardError(
-                    f"{where} has no 'task' and no default task is set; add a 'task' field to the data "
-                    "or set the `task` argument (knights_knaves, arithmetic or countdown)",
-                    i,
-                    record["source"],
-                )
+                name = detect_task(str(record.get("prompt") or ""), _text(record.get("label")))
+                if name not in detected:
+                    detected.add(name)
+                    _log.info("rule reward: records without a 'task' field whose prompt and label look like "
+                              "%s are scored as %s (set `task` or a 'task' field to choose).", name, name)
             if name not in cache:
                 try:
                     cache[name] = lookup(name)
@@ -293,6 +300,13 @@ def make_rule_reward(default_task: str | None = None, get_task: Callable | None 
         return scores
 
     return rule_reward
+
+
+def _text(label: Any) -> str | None:
+    """A label as text: the last turn of a list label, None when absent."""
+    if isinstance(label, (list, tuple)):
+        label = label[-1] if label else None
+    return None if label is None else str(label)
 
 
 # ---------------------------------------------------------------- custom file.py:fn

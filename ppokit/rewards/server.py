@@ -295,6 +295,11 @@ def create_app(scorer: Scorer, token: str | None = None, max_batch: int = DEFAUL
         return JSONResponse({"error_code": exc.status_code, "error_msg": str(exc.detail)},
                             status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):  # PaddleNLP's client reads error_code/error_msg
+        return JSONResponse({"error_code": 500, "error_msg": f"the server failed: {type(exc).__name__}: {exc}"},
+                            status_code=500)
+
     async def score(items: list[dict]) -> list[tuple[float, dict]]:
         if load.saturated():
             state = load.health()

@@ -7,8 +7,10 @@ statement per person built from "X is a knight/knave", "it is not the case that 
 
 Scoring (as PaddleNLP's / Logic-RL's knights-and-knaves reward server):
 - format: +1 when the response holds exactly one `<think>`, one `</think>`, one `<answer>` and one
-  `</answer>`, in that order (text around them is allowed); otherwise −1. When the prompt itself ends
-  with `<think>` (prefilled) and the response has no `<think>`, one is prepended first (as the server does).
+  `</answer>`, in that order (text around them is allowed); otherwise −1. As PaddleNLP's compute_score,
+  the response is read as if the assistant turn began with `<think>` (its prompts prefill it): unless
+  the response holds "<|im_start|>assistant\n<think>" itself, `<think>` is prepended before parsing, so
+  a response must not open its own `<think>` (that makes two and fails the format).
 - answer (only read when the format is right): +2 when every role is right, −1.5 when the answer names
   every person's role but some are wrong, −2 when it cannot be parsed (a person missing, or a number of
   "knight"/"knave" words that differs from the number of people) or the format is wrong.
@@ -21,7 +23,7 @@ import random
 import re
 from functools import lru_cache
 
-from ppokit.tasks.task import Task, TaskError, int_range, last_tag, prompt_of, require_reference
+from ppokit.tasks.task import Task, TaskError, int_range, last_tag, require_reference
 
 NAMES = (
     "Zoey Oliver Ethan Mia Liam Emma Noah Ava Lucas Sofia Mason Chloe Logan Grace Jacob Lily Owen Harper "
@@ -30,7 +32,8 @@ NAMES = (
 ).split()
 OPS = ("not", "and", "or", "if", "iff")
 DEFAULT_TEMPLATE = (
-    "{puzzle}\n\nThink it through inside <think> </think> tags, then state the identity of each person "
+    "{puzzle}\n\nYour answer starts inside an open <think> tag: think it through, close it with </think>, "
+    "then state the identity of each person "
     "inside <answer> </answer> tags, one per line, for example:\n"
     "<answer>(1) Alice is a knight\n(2) Bob is a knave</answer>"
 )
@@ -197,14 +200,24 @@ def format_ok(response: str) -> bool:
     return positions == sorted(positions)
 
 
+ASSISTANT_THINK = "<|im_start|>assistant\n<think>"
+
+
+def as_paddle_reads(response: str) -> str:
+    """The text PaddleNLP's compute_score parses: what follows the first "<|im_start|>assistant" when the
+    response holds "<|im_start|>assistant\n<think>", else "\n<think>" + the response."""
+    if ASSISTANT_THINK in response:
+        return response.split("<|im_start|>assistant", 1)[1]
+    return "\n<think>" + response
+
+
 def score(response: str, record: dict) -> tuple[float, dict]:
     expected = parse_reference(require_reference("knights_knaves", record))
     if not expected:
         raise TaskError(
             f"knights_knaves: {record.get('source', 'the record')}: the reference answer lists no roles"
         )
-    if "<think>" not in response and prompt_of(record).rstrip().endswith("<think>"):
-        response = "<think>" + response
+    response = as_paddle_reads(response)
     fmt = format_ok(response)
     predicted = parse_answer(last_tag(response, "answer") or "", list(expected)) if fmt else None
     if predicted is None:
@@ -227,7 +240,7 @@ def score(response: str, record: dict) -> tuple[float, dict]:
 
 
 def solution(record: dict) -> str:
-    return f"<think>I check each statement.</think>\n<answer>{require_reference('knights_knaves', record)}</answer>"
+    return f"I check each statement.</think>\n<answer>{require_reference('knights_knaves', record)}</answer>"
 
 
 TASK = Task(

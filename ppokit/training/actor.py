@@ -7,16 +7,18 @@ step's `LossConfig`; nothing here is a formula of its own.
 from __future__ import annotations
 
 from ppokit.algos.kl import kl_penalty
+from ppokit.algos.lm_loss import positive_example_nll
 from ppokit.algos.policy_loss import POLICY_LOSSES
 from ppokit.algos.reduce import reduce_loss
 from ppokit.algos.rollout_correction import logprob_mismatch, truncated_is_weights
-from ppokit.engine import current_lr
+from ppokit.engine import all_reduce_sum, current_lr
 from ppokit.training.batch import RolloutBatch
 from ppokit.training.forward import policy_forward
-from ppokit.training.update import LossConfig, minibatch_update
+from ppokit.training.update import LossConfig, chunks, minibatch_update
 
 
-def actor_loss(engine, part: RolloutBatch, cfg: LossConfig, denoms, compute_dtype, device, extra_loss=None):
+def actor_loss(engine, part: RolloutBatch, cfg: LossConfig, denoms, compute_dtype, device, extra_loss=None,
+               positive_tokens=None):
     """Loss of one micro-batch (already scaled to its share of the mini-batch) and its metrics."""
     mask = part.response_mask
     # Entropy is always logged; it carries gradient only when it is part of the loss.
@@ -49,6 +51,11 @@ def actor_loss(engine, part: RolloutBatch, cfg: LossConfig, denoms, compute_dtyp
     if part.ref_logprobs is not None:
         d = (logp.detach() - part.ref_logprobs) * mask
         metrics["actor/kl"] = float(d.sum()) / tokens  # k1 estimate of KL(actor || ref), mini-batch share
+    if positive_tokens is not None:  # VAPO: NLL of the responses that scored > 0, over all their tokens
+        nll, positive = positive_example_nll(logp, mask, part.scores)
+        lm = reduce_loss(nll, positive, "token-mean", global_tokens=positive_tokens)
+        loss = loss + cfg.positive_lm_coeff * lm
+        metrics["actor/positive_lm_loss"] = float(lm.detach())
     if extra_loss is not None:
         extra, extra_metrics = extra_loss()
         loss = loss + extra
@@ -76,16 +83,31 @@ def rollout_correction(pg, old, part: RolloutBatch, cfg: LossConfig) -> tuple:
     return pg, metrics
 
 
+def positive_token_counts(batch: RolloutBatch, plan) -> list[float]:
+    """Tokens of the responses scored > 0 in each mini-batch, summed over ranks, in `minibatch_update`'s
+    order (update_iters passes over the same mini-batches): the positive-example LM loss's denominators."""
+    if batch.scores is None:
+        raise ValueError("the positive-example LM loss needs scores: score the batch first (Session.score(batch)).")
+    positive = batch.response_mask * (batch.scores > 0).to(batch.response_mask.dtype)[:, None]
+    minis = chunks(len(batch), plan.mini_batch_sequences_per_rank)
+    counts = list(all_reduce_sum(*[float(positive[idx].sum()) for idx in minis]))
+    return counts * plan.update_iters
+
+
 def actor_update(policy, batch: RolloutBatch, cfg: LossConfig, plan, extra_loss=None) -> dict[str, float]:
     """`plan.update_iters` passes of actor optimizer steps on `batch`; the averaged metrics.
 
     extra_loss: optional callable returning (loss, metrics), added once per mini-batch (PTX).
     """
     engine = policy.engine
+    positives = iter(positive_token_counts(batch, plan)) if cfg.positive_lm_coeff > 0 else None
+    current: dict[str, float] = {}
 
     def loss_fn(part, denoms, first):
+        if positives is not None and first:  # a new mini-batch: its positive-response tokens on all ranks
+            current["tokens"] = next(positives)
         return actor_loss(engine, part, cfg, denoms, policy.compute_dtype, policy.device,
-                          extra_loss if first else None)
+                          extra_loss if first else None, current.get("tokens"))
 
     out = minibatch_update(engine, batch, plan, loss_fn, prefix="actor")
     out["actor/lr"] = current_lr(engine)

@@ -65,7 +65,7 @@ def with_advantages(batch: RolloutBatch, args, beta: float) -> RolloutBatch:
     advantages, returns = ADVANTAGE_ESTIMATORS[algo.estimator](
         token_rewards, mask, scores=scores, group_ids=batch.group_ids, values=batch.values, gamma=args.gamma,
         lam=args.lam, norm_by_std=args.norm_adv_by_std_in_grpo, whiten=args.normalize_advantage is not False,
-        group=default_group(),
+        group=default_group(), lam_critic=args.lam_critic, length_alpha=args.length_adaptive_alpha,
     )
     metrics["advantages/mean"] = float(masked_mean(advantages, mask))
     metrics["advantages/abs_mean"] = float(masked_mean(advantages.abs(), mask))

@@ -10,7 +10,7 @@ import torch
 
 from ppokit.algos import algorithm
 from ppokit.algos.kl import AdaptiveKL, FixedKL, make_kl_controller
-from ppokit.args import Arguments, BatchPlan, ConfigError, batch_plan, check_lengths
+from ppokit.args import Arguments, BatchPlan, ConfigError, batch_plan, check_hub_datasets, check_lengths
 from ppokit.data import PromptLoader, choose_chat_template
 from ppokit.engine import DistInfo
 from ppokit.rollout import RolloutEngine
@@ -198,6 +198,7 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     from ppokit.rewards import build_reward_functions
     from ppokit.rollout import make_rollout_engine
 
+    check_hub_datasets(args)  # before minutes of model loading
     dist = init_distributed()
     quiet_other_ranks(dist.rank)  # only rank 0 prints ppokit's info lines
     plan = batch_plan(args, dist.world_size)

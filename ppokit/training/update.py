@@ -23,7 +23,8 @@ from ppokit.engine import all_reduce_sum, backward_and_step
 from ppokit.training.batch import RolloutBatch
 
 # Metrics that are a micro-batch's share of its mini-batch's value: summed per optimizer step.
-SHARE_METRICS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "critic/value_loss"})
+SHARE_METRICS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "critic/value_loss",
+                           "actor/positive_lm_loss"})
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class LossConfig:
     chunk_size: int
     rollout_is: str = "off"  # truncated importance sampling against the rollout engine: off | token | sequence
     rollout_is_cap: float = 2.0
+    positive_lm_coeff: float = 0.0  # VAPO's positive-example LM loss weight
 
     @classmethod
     def from_args(cls, args) -> LossConfig:
@@ -64,6 +66,7 @@ class LossConfig:
             chunk_size=args.chunk_size,
             rollout_is=args.rollout_is,
             rollout_is_cap=args.rollout_is_cap,
+            positive_lm_coeff=args.positive_lm_coeff,
         )
 
 

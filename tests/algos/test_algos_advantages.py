@@ -192,7 +192,7 @@ def test_registry_entries_match_the_functions():
     mask = torch.ones(4, 2)
     ids = torch.tensor([0, 0, 1, 1])
     assert set(ADVANTAGE_ESTIMATORS) == {
-        "grpo", "drgrpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae",
+        "grpo", "drgrpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae", "vapo",
     }
     adv, _ = compute_advantages("drgrpo", r, mask, group_ids=ids)
     # scores 1, 0 | 3, 2 -> means 0.5 | 2.5 -> +-0.5

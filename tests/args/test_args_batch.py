@@ -60,8 +60,20 @@ def test_llama_grpo_3b97a283e_per_device():
     assert (p.prompts_per_step, p.sequences_per_step, p.micro_batch_size, p.gradient_accumulation_steps) == (32, 256, 8, 32)
     assert (p.mini_batch_sequences_per_rank, p.mini_batch_prompts, p.optimizer_steps_per_rollout) == (256, 32, 1)
     assert p.mode == "per_device"
-    p = batch_plan(args, 2)  # per-device prompts scale with the ranks
+    # tensor_parallel_degree 8: PaddleNLP counts per_device_* per data-parallel rank (world / TP), so 2 or 8 ranks
+    # still hold one data-parallel rank and draw 32 prompts; ppokit splits them over all its (data-parallel) ranks.
+    p = batch_plan(args, 2)
+    assert (p.prompts_per_step, p.sequences_per_rank, p.mini_batch_prompts, p.optimizer_steps_per_rollout) == (32, 128, 32, 1)
+    assert (p.data_parallel_size, p.gradient_accumulation_steps) == (1, 16)
+    p = batch_plan(args, 8)
+    assert (p.prompts_per_step, p.prompts_per_rank, p.mini_batch_sequences_per_rank) == (32, 4, 32)
+    assert (p.gradient_accumulation_steps, p.optimizer_steps_per_rollout, p.data_parallel_size) == (4, 1, 1)
+    p = batch_plan(args, 16)  # two TP-8 groups: two data-parallel ranks
+    assert (p.prompts_per_step, p.data_parallel_size, p.mini_batch_prompts) == (64, 2, 64)
+    args.tensor_parallel_degree = 1  # without TP every rank is a data-parallel rank: per-device sizes scale
+    p = batch_plan(args, 2)
     assert (p.prompts_per_step, p.sequences_per_rank, p.mini_batch_prompts, p.optimizer_steps_per_rollout) == (64, 256, 64, 1)
+    assert (p.data_parallel_size, p.gradient_accumulation_steps) == (2, 32)
 
 
 def test_per_device_update_iters_and_smaller_mini_batches():

@@ -128,7 +128,7 @@ def test_the_algorithm_table_is_what_args_accept():
 
     assert get_args(RlAlgorithm) == tuple(ALGORITHMS)
     assert GROUP_ALGORITHMS == {"grpo", "drgrpo", "dapo", "rloo", "reinforce_plus_plus_baseline"}
-    assert [n for n, a in ALGORITHMS.items() if a.needs_critic] == ["ppo"]
+    assert [n for n, a in ALGORITHMS.items() if a.needs_critic] == ["ppo", "vapo"]
     for name in ALGORITHMS:
         args = load_arguments(overrides={**GRPO, "rl_algorithm": name})
         assert args.group_algorithm == ALGORITHMS[name].needs_groups

@@ -46,11 +46,11 @@ def test_wrong_type_names_key_value_and_type(tmp_path):
 
 
 def test_wrong_choice_lists_the_choices(tmp_path):
-    path = write(tmp_path, "rl_algorithm: vapo\n", "cfg.yaml")
+    path = write(tmp_path, "rl_algorithm: trpo\n", "cfg.yaml")
     assert error_of(path) == (
-        f"{path}: rl_algorithm='vapo' is not valid: expected one of 'ppo', 'grpo', 'reinforce_plus_plus', "
-        "'rloo', 'drgrpo', 'dapo', 'reinforce_plus_plus_baseline' (Input should be 'ppo', 'grpo', "
-        "'reinforce_plus_plus', 'rloo', 'drgrpo', 'dapo' or 'reinforce_plus_plus_baseline').")
+        f"{path}: rl_algorithm='trpo' is not valid: expected one of 'ppo', 'grpo', 'reinforce_plus_plus', "
+        "'rloo', 'drgrpo', 'dapo', 'reinforce_plus_plus_baseline', 'vapo' (Input should be 'ppo', 'grpo', "
+        "'reinforce_plus_plus', 'rloo', 'drgrpo', 'dapo', 'reinforce_plus_plus_baseline' or 'vapo').")
 
 
 def test_wrong_list_item_names_the_item():
@@ -107,9 +107,16 @@ def test_reward_server_required(tmp_path):
 def test_precision_conflicts(tmp_path):
     path = write(tmp_path, {"bf16": True, "fp16": True})
     assert error_of(path) == f"{path}: bf16 and fp16 are both true; choose one precision."
-    path = write(tmp_path, {"fp16_opt_level": "O2"})
+    path = write(tmp_path, {"fp16_opt_level": "O2", "device": "cuda"})
     assert error_of(path) == (f"{path}: fp16_opt_level=O2 needs bf16 or fp16 true (PaddleNLP refuses it too); "
                               "set one, or use O1.")
+
+
+def test_o2_without_half_precision_runs_fp32_on_cpu(tmp_path):
+    path = write(tmp_path, {"fp16_opt_level": "O2", "bf16": False, "device": "cpu"})
+    args = load_arguments(path)
+    assert args.fp16_opt_level == "O1" and not args.bf16 and not args.fp16
+    assert any(n.startswith("fp16_opt_level=O2 with bf16 and fp16 false: training runs in float32") for n in args.notes)
 
 
 @pytest.mark.parametrize("value", ["stage4", "offload", "stage1 stage2"])

@@ -152,15 +152,15 @@ def test_rule_reward_routes_each_record_to_its_task(fake_tasks):
     assert registry["arithmetic"].seen[0]["label"] == "7"
 
 
-def test_rule_reward_uses_the_default_task_and_names_the_record_without_one(fake_tasks):
-    _, get = fake_tasks
+def test_rule_reward_uses_the_default_task_else_detects_it_per_record(fake_tasks):
+    registry, get = fake_tasks
     records = [rec(0, "5"), rec(1, "6", task="knights_knaves")]
     with_default = NamedReward("rule", make_rule_reward("arithmetic", get_task=get))
     assert compute_rewards([with_default], ["", ""], ["5", "6"], records)[0].tolist() == [1.0, 3.0]
+    # No task and no default: detected from the label as the reward server does (a plain number -> arithmetic).
     without = NamedReward("rule", make_rule_reward(None, get_task=get))
-    with pytest.raises(RewardError) as err:
-        compute_rewards([without], ["", ""], ["5", "6"], records)
-    assert "record 0" in str(err.value) and "data.jsonl:1" in str(err.value) and "no 'task'" in str(err.value)
+    assert compute_rewards([without], ["", ""], ["5", "6"], records)[0].tolist() == [1.0, 3.0]
+    assert registry["arithmetic"].seen[-1]["task"] == "arithmetic"
 
 
 def test_rule_reward_unknown_task_is_a_clear_error(fake_tasks):

@@ -92,31 +92,22 @@ REF = "(1) Zoey is a knight\n(2) Oliver is a knave\n(3) Ethan is a knight"
 RECORD = {"prompt": "puzzle", "label": REF, "task": "knights_knaves", "source": "t.jsonl:1", "fields": {}}
 
 
+# PaddleNLP's compute_score reads every response as if the assistant turn opened with <think> (prepended
+# unless the response holds "<|im_start|>assistant\n<think>"): responses start inside the thinking.
 @pytest.mark.parametrize(
     ("response", "expected", "verdict"),
     [
-        (f"<think>easy</think><answer>{REF}</answer>", 3.0, "correct"),
-        (
-            "<think>x</think>\n<answer>Zoey is a knight, Oliver is a knave, Ethan is a knight.</answer>",
-            3.0,
-            "correct",
-        ),
-        (
-            "<think>x</think><answer>(1) Zoey is a knight\n(2) Oliver is a knight\n(3) Ethan is a knight</answer>",
-            -0.5,
-            "wrong",
-        ),
-        ("<think>x</think><answer>(1) Zoey is a knight\n(2) Oliver is a knave</answer>", -1.0, "unparsed"),
-        (
-            "<think>x</think><answer>Zoey is a knight, Oliver is a knave, Ethan is a knight or a knave</answer>",
-            -1.0,
-            "unparsed",
-        ),
-        ("<think>x</think><answer></answer>", -1.0, "unparsed"),
+        (f"easy</think><answer>{REF}</answer>", 3.0, "correct"),
+        ("x</think>\n<answer>Zoey is a knight, Oliver is a knave, Ethan is a knight.</answer>", 3.0, "correct"),
+        ("x</think><answer>(1) Zoey is a knight\n(2) Oliver is a knight\n(3) Ethan is a knight</answer>", -0.5, "wrong"),
+        ("x</think><answer>(1) Zoey is a knight\n(2) Oliver is a knave</answer>", -1.0, "unparsed"),
+        ("x</think><answer>Zoey is a knight, Oliver is a knave, Ethan is a knight or a knave</answer>", -1.0,
+         "unparsed"),
+        ("x</think><answer></answer>", -1.0, "unparsed"),
         (REF, -3.0, "format"),
         (f"<answer>{REF}</answer>", -3.0, "format"),
-        (f"<think>a</think><think>b</think><answer>{REF}</answer>", -3.0, "format"),
-        (f"<answer>{REF}</answer><think>late</think>", -3.0, "format"),
+        (f"a</think><think>b</think><answer>{REF}</answer>", -3.0, "format"),
+        (f"<answer>{REF}</answer>late</think>", -3.0, "format"),
         ("", -3.0, "format"),
     ],
 )
@@ -126,10 +117,26 @@ def test_scores_as_the_ppo_kk_reward_server(response, expected, verdict):
     assert KK.score(response, RECORD) == expected
 
 
-def test_a_prefilled_think_prompt_counts_the_opening_tag():
-    record = {**RECORD, "prompt": "<|im_start|>assistant\n<think>"}
-    assert KK.score(f"reasoning</think><answer>{REF}</answer>", record) == 3.0
-    assert KK.score(f"reasoning</think><answer>{REF}</answer>", RECORD) == -3.0
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        # the response opens its own <think>: with the prepended one that is two, the format fails (-1 - 2)
+        (f"<think>easy</think><answer>{REF}</answer>", -3.0),
+        ("<think>x</think><answer>(1) Zoey is a knight\n(2) Oliver is a knight\n(3) Ethan is a knight</answer>",
+         -3.0),
+        # no <think> at all: the prepended one completes the format (+1 + 2), whatever the prompt
+        (f"reasoning</think><answer>{REF}</answer>", 3.0),
+        # the chat-templated turn itself is in the response: read from the assistant turn on, nothing prepended
+        (f"<|im_start|>user\npuzzle<|im_end|>\n<|im_start|>assistant\n<think>r</think><answer>{REF}</answer>", 3.0),
+        (f"<|im_start|>assistant\n<think>r</think><answer>{REF.replace('knave', 'knight')}</answer>", -0.5),
+        # "<|im_start|>assistant" without "\n<think>" right after it: <think> is still prepended
+        (f"<|im_start|>assistant\nr</think><answer>{REF}</answer>", 3.0),
+    ],
+)
+def test_think_is_always_prepended_as_paddlenlp_compute_score(response, expected):
+    assert KK.score(response, RECORD) == expected
+    prefilled = {**RECORD, "prompt": "puzzle <|im_start|>assistant\n<think>"}
+    assert KK.score(response, prefilled) == expected  # the prompt does not change the reading
 
 
 def test_raw_rows_and_the_solution_helper():

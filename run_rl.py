@@ -1,0 +1,6 @@
+"""PaddleNLP's 2025 launcher name: ``python run_rl.py CONFIG.{json,yaml} [--key value ...]`` is run_ppo.py."""
+
+from run_ppo import main
+
+if __name__ == "__main__":
+    main()
