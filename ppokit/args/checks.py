@@ -52,9 +52,11 @@ def check_lengths(args: Arguments, model_max_positions: int | None) -> None:
             f"(max_position_embeddings); set max_length <= {model_max_positions}.")
 
 
-def local_model_positions(name_or_path: str) -> int | None:
+def local_model_positions(name_or_path: str | None) -> int | None:
     """max_position_embeddings from a local model folder's config.json, read without loading the model
-    (None for an alias, a .gguf file or a folder without one)."""
+    (None for no model, an alias, a .gguf file or a folder without one)."""
+    if not name_or_path:
+        return None
     config = Path(name_or_path) / "config.json"
     try:
         value = json.loads(config.read_text()).get("max_position_embeddings")
