@@ -16,6 +16,7 @@ import time
 import torch
 
 from ppokit.args import Arguments, load_arguments
+from ppokit.tracking.console import memory_metrics
 from ppokit.training import phases
 from ppokit.training.batch import RolloutBatch, fill_in
 from ppokit.training.metrics import batch_metrics, gather_metrics, sample_rows
@@ -88,6 +89,7 @@ class Session:
         metrics["timing/step_s"] = time.perf_counter() - started
         tokens = float(batch.response_mask.sum() + batch.attention_mask[:, : batch.prompt_len].sum())
         metrics["throughput/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
+        metrics.update(memory_metrics(self.state.policy.device))  # memory/rss_gb; allocated/peak on a GPU
         metrics = gather_metrics(metrics, batch)  # all ranks' sequences; unchanged with one process
         self.history.append({"step": self.global_step, **metrics})
         self.last_batch = batch
@@ -119,12 +121,14 @@ class Session:
         from pathlib import Path
 
         from ppokit.checkpoint import save_checkpoint, save_hf
+        from ppokit.tracking.console import quiet_hf_progress
 
         path = None
-        if not final or self.args.save_strategy != "no":
-            path = save_checkpoint(self)
-        if final:  # every rank calls it (ZeRO-3 gathers the weights); rank 0 writes
-            save_hf(self.model, self.tokenizer, Path(self.args.output_dir))
+        with quiet_hf_progress():
+            if not final or self.args.save_strategy != "no":
+                path = save_checkpoint(self)
+            if final:  # every rank calls it (ZeRO-3 gathers the weights); rank 0 writes
+                save_hf(self.model, self.tokenizer, Path(self.args.output_dir))
         return path
 
     @classmethod

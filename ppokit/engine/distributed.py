@@ -98,9 +98,14 @@ def init_distributed(backend: str | None = None) -> DistInfo:
     if use_cuda:
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        import deepspeed
+        from ppokit.tracking.console import captured_native_output
 
-        deepspeed.init_distributed(dist_backend=backend or ("nccl" if use_cuda else "gloo"))
+        if not use_cuda:  # say so, rather than let DeepSpeed warn that it could not detect an accelerator
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        with captured_native_output("DeepSpeed's start-up (op compatibility probes)"):
+            import deepspeed
+
+            deepspeed.init_distributed(dist_backend=backend or ("nccl" if use_cuda else "gloo"))
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device)
 

@@ -35,7 +35,7 @@ SHARE_KEYS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "acto
 # Counts and rates that add up over ranks.
 SUM_KEYS = frozenset({"reward/skipped_groups", "groups/dropped_zero_std", "throughput/tokens_per_s"})
 # The slowest rank sets the pace; the most rounds any rank needed.
-MAX_KEYS = frozenset({"groups/gen_rounds"})
+MAX_KEYS = frozenset({"groups/gen_rounds", "memory/rss_gb", "memory/allocated_gb", "memory/peak_gb"})
 
 
 def reduction_for(key: str) -> str:
