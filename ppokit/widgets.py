@@ -17,7 +17,7 @@ import time
 
 from ppokit.data.render import question_text
 from ppokit.tracking.progress import format_summary
-from ppokit.tracking.svg import Series, line_chart
+from ppokit.tracking.svg import Series, line_chart, std_band
 
 FOLD_AT = 160  # characters shown before a long text is folded into <details>
 KL_KEYS = ("actor/kl", "kl/reward_kl", "actor/approx_kl")
@@ -247,8 +247,7 @@ def live_plot_svg(history: list[tuple[int, dict]]) -> str:
         return [next((m[k] for k in keys if m.get(k) is not None), None) for _, m in history]
 
     mean, std = col("reward/mean"), col("reward/std")
-    lo = [m - s if m is not None and s is not None else None for m, s in zip(mean, std)]
-    hi = [m + s if m is not None and s is not None else None for m, s in zip(mean, std)]
+    lo, hi = std_band(mean, std, col("reward/min"), col("reward/max"))
     reward = [Series("reward/mean", steps, mean, lo, hi)]
     accuracy = col("eval/accuracy")
     if any(a is not None for a in accuracy):

@@ -63,6 +63,16 @@ def _installed(name: str) -> bool:
         return False
 
 
+# What a person looks at first: the reward, then evaluation, lengths and KL; everything else after, as logged.
+FIRST_TAGS = ("reward/mean", "reward/std", "reward/", "eval/", "response_length/", "actor/kl", "actor/entropy")
+
+
+def tag_rank(tag: str) -> int:
+    """Position of a metric's group in VisualDL: reward/mean first (VisualDL opens only the first group)."""
+    return next((i for i, head in enumerate(FIRST_TAGS) if tag == head or (head.endswith("/") and
+                 tag.startswith(head))), len(FIRST_TAGS))
+
+
 class VisualDLBackend:
     """Scalars, text and hparams through ``visualdl.LogWriter`` into one new record file."""
 
@@ -79,8 +89,8 @@ class VisualDLBackend:
         self.file = self.writer.file_name
 
     def scalars(self, step: int, metrics: dict[str, float]) -> None:
-        for tag, value in metrics.items():
-            self.writer.add_scalar(tag=tag, value=value, step=step)
+        for tag in sorted(metrics, key=tag_rank):  # VisualDL lists tags (and opens groups) in first-written order
+            self.writer.add_scalar(tag=tag, value=metrics[tag], step=step)
 
     def text(self, step: int, tag: str, text: str) -> None:
         self.writer.add_text(tag=tag, text_string=text, step=step)
@@ -205,7 +215,8 @@ def open_backends(
     for name in names:
         if name == "visualdl":
             try:
-                backends.append(VisualDLBackend(logdir, display_name=run_name or ""))
+                # the run is named by its output folder ("grpo"), not by the log folder's absolute path
+                backends.append(VisualDLBackend(logdir, display_name=run_name or output_dir.name))
             except ImportError as exc:
                 note(
                     f"VisualDL could not be imported ({exc}); reinstall it with pip install visualdl. Skipping it."

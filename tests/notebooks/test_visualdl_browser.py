@@ -33,11 +33,13 @@ def test_visualdl_serves_the_reward_curve_eval_metrics_and_samples(board, tiny_r
     (run,) = api(board, "runs")
     tags = api(board, "scalar/tags")["tags"][0]
     assert {"reward/mean", "actor/kl", "response_length/mean", "eval/pass@2", "eval/accuracy"} <= set(tags)
+    assert tags[:2] == ["reward/mean", "reward/std"]  # VisualDL opens the first group only: the reward comes first
+    assert run == tiny_run.out.name  # named by the output folder, not by an absolute path
     points = api(board, "scalar/list", run=run, tag="reward/mean")  # [wall time ms, step, value]
     logged = [json.loads(line) for line in (tiny_run.out / "metrics.jsonl").read_text().splitlines()]
     expected = [(r["step"], r["reward/mean"]) for r in logged if "reward/mean" in r]
     assert [(step, pytest.approx(value, abs=1e-6)) for _, step, value in points] == expected
-    assert api(board, "text/tags")["tags"][0] == ["samples"]
+    assert api(board, "text/tags")["tags"][0] == ["samples/1", "samples/2", "samples/3", "samples/4"]
 
 
 def curve_pixels(image, box) -> int:
