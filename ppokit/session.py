@@ -38,6 +38,16 @@ class Session:
         self._tracker = None
         self.resume_step: int | None = None  # set by a resume: the tracker continues that run's files
 
+    def __repr__(self) -> str:
+        """e.g. Session(model='smollm2-135m-instruct', algorithm='grpo', step=3/30, output_dir='output/grpo', ...)."""
+        from ppokit.training.loop import total_steps
+
+        args = self.args
+        reward = next((h["reward/mean"] for h in reversed(self.history) if "reward/mean" in h), None)
+        last = "no step yet" if reward is None else f"last reward/mean={reward:.3g}"
+        return (f"Session(model={args.actor_model_name_or_path!r}, algorithm={args.rl_algorithm!r}, "
+                f"step={self.global_step}/{total_steps(self)}, output_dir={args.output_dir!r}, {last})")
+
     @classmethod
     def from_json(cls, path: str, **overrides) -> Session:
         """Load a PaddleNLP JSON/YAML argument file; keyword arguments override its keys."""
