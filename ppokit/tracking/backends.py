@@ -65,6 +65,9 @@ def _installed(name: str) -> bool:
 
 # What a person looks at first: the reward, then evaluation, lengths and KL; everything else after, as logged.
 FIRST_TAGS = ("reward/mean", "reward/std", "reward/", "eval/", "response_length/", "actor/kl", "actor/entropy")
+# VisualDL sorts its tag groups (the text before the first "/") by name and opens only the first, "actor";
+# as in PaddleNLP's own logs, every scalar goes under train/, where charts keep the order they were first written.
+VISUALDL_PREFIX = "train/"
 
 
 def tag_rank(tag: str) -> int:
@@ -89,14 +92,14 @@ class VisualDLBackend:
         self.file = self.writer.file_name
 
     def scalars(self, step: int, metrics: dict[str, float]) -> None:
-        for tag in sorted(metrics, key=tag_rank):  # VisualDL lists tags (and opens groups) in first-written order
-            self.writer.add_scalar(tag=tag, value=metrics[tag], step=step)
+        for tag in sorted(metrics, key=tag_rank):  # reward/mean is the first chart of the first group
+            self.writer.add_scalar(tag=VISUALDL_PREFIX + tag, value=metrics[tag], step=step)
 
     def text(self, step: int, tag: str, text: str) -> None:
         self.writer.add_text(tag=tag, text_string=text, step=step)
 
     def hparams(self, hparams: dict[str, int | float | str], metric_names: list[str]) -> None:
-        self.writer.add_hparams(hparams_dict=hparams, metrics_list=list(metric_names))
+        self.writer.add_hparams(hparams_dict=hparams, metrics_list=[VISUALDL_PREFIX + m for m in metric_names])
 
     def carry_over(self, previous_file: str, max_step: int) -> int:
         """Copy scalars and texts with step <= max_step from an earlier run's file; returns records copied.

@@ -84,7 +84,7 @@ def tiny_config(tiny_model_dir, tmp_path_factory) -> Path:
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = dict(json.loads((REPO / "config" / "grpo_argument.json").read_text()),
                   actor_model_name_or_path=tiny_model_dir, train_datasets=str(root / "train.jsonl"),
-                  eval_datasets=None, do_eval=False, global_batch_size=2, rollout_n=2, global_mini_batch_size=2,
+                  eval_datasets=None, do_eval=False, evaluation_strategy="no", global_batch_size=2, rollout_n=2, global_mini_batch_size=2,
                   max_dec_len=6, max_steps=2, save_steps=1, output_dir=str(root / "out"),
                   logging_dir=str(root / "vdl"))
     path = root / "config.json"
