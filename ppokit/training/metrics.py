@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ppokit.data.render import question_text
 from ppokit.algos.advantages import zero_std_groups
+from ppokit.data.render import question_text
 from ppokit.engine import collective_device, world_size
 from ppokit.training.batch import RolloutBatch
 
