@@ -99,7 +99,7 @@ def init_distributed(backend: str | None = None) -> DistInfo:
     if use_cuda:
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        from ppokit.tracking.console import captured_native_output
+        from ppokit.engine.quiet import captured_native_output
 
         if not use_cuda:  # say so, rather than let DeepSpeed warn that it could not detect an accelerator
             os.environ.setdefault("DS_ACCELERATOR", "cpu")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ppokit.engine.quiet import captured_native_output
 from ppokit.tasks import get
 from ppokit.tracking import console, format_summary
 
@@ -41,7 +42,7 @@ def test_quiet_ranks_say_nothing(capsys):
 
 
 def test_native_output_is_captured_and_logged_at_debug(caplog, capfd):
-    with caplog.at_level(logging.DEBUG, logger="ppokit"), console.captured_native_output("a probe"):
+    with caplog.at_level(logging.DEBUG, logger="ppokit"), captured_native_output("a probe"):
         subprocess.run(["sh", "-c", "echo '/usr/bin/ld: cannot find -laio' >&2; echo built"], check=True)
         print("python print")
     assert "laio" not in capfd.readouterr().err
