@@ -82,7 +82,7 @@ def test_resume_carries_visualdl_history_into_the_new_file(dirs):
 
     server_view = LogReader(logdir=str(vdl))
     assert server_view.logs() == {str(vdl): files[-1].name}
-XX
+    served = server_view.get_log_data("scalar", str(vdl), "train%reward%mean")  # VisualDL's internal tag form
     assert [(step, value) for step, _, _, value in served] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
 
 
