@@ -140,7 +140,7 @@ def test_tensorboard_writer_receives_scalars_and_purges_on_resume(dirs, monkeypa
     out, vdl = dirs
     with Tracker(out, logging_dir=vdl, report_to=["tensorboard"], resume_step=4) as t:
         t.log(5, {"reward/mean": 0.5, "bad": float("nan")})
-    assert calls == [("init", str(vdl), 5), ("scalar", "train/reward/mean", 0.5, 5), ("close",)]
+    assert calls == [("init", str(vdl), 5), ("scalar", "reward/mean", 0.5, 5), ("close",)]
 
 
 def test_wandb_missing_is_a_note_and_present_is_used(dirs, capsys, monkeypatch):
