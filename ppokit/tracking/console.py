@@ -184,7 +184,7 @@ def run_summary(history: list[dict], output_dir: str | Path, wall_s: float, *, l
     nxt = []
     if visualdl and logging_dir:
         nxt.append(f"visualdl --logdir {logging_dir}")
-    nxt.append(f"python -m ppokit.report {out}")
+    nxt.append(f"python -m ppokit.tracking.report {out}")
     if saved_model and (out / "config.json").exists():
         nxt.append(f"python -m ppokit.eval --model {out} --data {eval_data or 'TEST.jsonl'} --n 4")
     lines.append("next:")

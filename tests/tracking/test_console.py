@@ -74,7 +74,7 @@ def test_run_summary_reward_first_ten_to_last_ten(tmp_path):
     assert lines[1] == "reward 0 (first 10 steps) → 1 (last 10 steps)"  # hand-computed: steps 1-10 and 16-25
     assert lines[2] == "eval accuracy 0.5 (first step) → 0.5 (last step)"
     assert "checkpoint-10, checkpoint-20" in text and f"final model: {tmp_path}/" in text
-    assert lines[-3:] == ["    visualdl --logdir vdl_log", f"    python -m ppokit.report {tmp_path}",
+    assert lines[-3:] == ["    visualdl --logdir vdl_log", f"    python -m ppokit.tracking.report {tmp_path}",
                           f"    python -m ppokit.eval --model {tmp_path} --data data/arithmetic/test.jsonl --n 4"]
 
 
@@ -119,7 +119,7 @@ def test_cli_console_from_start_to_end(tiny_config):
     summary = err[err.index("ppokit: done: 2 steps in"):].splitlines()
     assert summary[1].startswith("ppokit: reward ") and "(first step) →" in summary[1]
     assert any(line.startswith("ppokit: checkpoints: checkpoint-1, checkpoint-2 in ") for line in summary)
-    assert summary[-2:][0].strip().startswith("ppokit:     python -m ppokit.report")
+    assert summary[-2:][0].strip().startswith("ppokit:     python -m ppokit.tracking.report")
     rows = [json.loads(line) for line in (tiny_config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["memory/rss_gb"] > 0 for r in rows if "reward/mean" in r)  # memory is logged, not only shown
 
