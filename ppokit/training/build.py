@@ -17,7 +17,7 @@ from ppokit.rollout import RolloutEngine
 from ppokit.tracking.console import quiet_hf_progress, set_quiet, stage
 from ppokit.training.batch import RolloutBatch
 from ppokit.training.critic import Critic
-from ppokit.training.engine_setup import choose_device, seed_everything, train_engine
+from ppokit.training.engine_setup import choose_device, seed_everything, train_engine, zero_options
 from ppokit.training.forward import batched_logprobs
 from ppokit.training.normalize import RunningNormalizer
 
@@ -99,7 +99,7 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
     if args.needs_reference:
         with stage("loading the reference model"), quiet_hf_progress():
             reference = load_reference(model, path, dtype=param_dtype, device=device, lora_used=lora is not None)
-    with stage(f"building the DeepSpeed engine (ZeRO stage {args.zero_stage}, {device.type})"):
+    with stage(f"building the DeepSpeed engine (ZeRO stage {zero_options(args)['zero_stage']}, {device.type})"):
         engine = train_engine(model, args, plan, device)
     return Policy(tokenizer=tokenizer, engine=engine, reference=reference, compute_dtype=compute_dtype,
                   device=device, model_path=path)
