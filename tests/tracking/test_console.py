@@ -118,7 +118,7 @@ def test_cli_console_from_start_to_end(tiny_config):
     assert len(steps) == 2 and all(STEP_LINE.match(line) for line in steps), steps  # never glued to the bar
     summary = err[err.index("ppokit: done: 2 steps in"):].splitlines()
     assert summary[1].startswith("ppokit: reward ") and "(first step) →" in summary[1]
-    assert any(line.startswith("ppokit: checkpoints: checkpoint-1, checkpoint-2 in ") for line in summary)
+    assert any(line.startswith("ppokit: checkpoints: checkpoint-2 in ") for line in summary)  # save_total_limit: 1
     assert summary[-2:][0].strip().startswith("ppokit:     python -m ppokit.tracking.report")
     rows = [json.loads(line) for line in (tiny_config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["memory/rss_gb"] > 0 for r in rows if "reward/mean" in r)  # memory is logged, not only shown
