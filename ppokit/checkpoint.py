@@ -249,8 +249,21 @@ def save_checkpoint(session) -> Path:
         prune(root, args.save_total_limit, keep=final)
     barrier()
     set_rng_state(rng)
-    logger.info("saved %s", final)
+    logger.info("saved %s (%s)", final, size_note(final, args))
     return final
+
+
+def size_note(path: Path, args) -> str:
+    """What makes a checkpoint big, e.g. "2.1 GB: actor 0.5 GB (HF weights), actor_ds 1.6 GB (weights + Adam)"."""
+    def gb(p: Path) -> float:
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 1e9 if p.exists() else 0.0
+
+    what = {"actor": "HF weights", "actor_ds": "DeepSpeed weights + optimizer state", "critic": "HF weights",
+            "critic_ds": "DeepSpeed weights + optimizer state"}
+    parts = [f"{name} {gb(path / name):.2g} GB ({kind})" for name, kind in what.items() if (path / name).exists()]
+    keep = f"save_total_limit={args.save_total_limit} keeps the newest" if args.save_total_limit else \
+        "all are kept (save_total_limit)"
+    return f"{gb(path):.2g} GB: " + ", ".join(parts) + f"; {keep}; ignore_save_lr_and_optim drops the optimizer state"
 
 
 def publish(tmp: Path, final: Path) -> None:

@@ -182,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{metrics['timing/eval_s']:.1f}s\n")
         print(format_table(metrics, prompts))
     for row in samples[: ns.samples]:
-        print(f"\n--- reward {row['reward']:g} ({'correct' if row['correct'] else 'wrong'})\n{row['response']}")
+        expected = "" if row.get("expected") is None else f", expected {row['expected']}"
+        given = "" if row.get("answer") is None else f", answered {row['answer']}"
+        print(f"\n--- reward {row['reward']:g} ({'correct' if row['correct'] else 'wrong'}{expected}{given})\n"
+              f"Q: {row['question']}\nA: {row['response']}")
     return 0
 
 

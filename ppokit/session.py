@@ -16,6 +16,7 @@ import time
 import torch
 
 from ppokit.args import Arguments, load_arguments
+from ppokit.tracking.console import memory_metrics
 from ppokit.training import phases
 from ppokit.training.batch import RolloutBatch, fill_in
 from ppokit.training.metrics import batch_metrics, gather_metrics, sample_rows
@@ -36,6 +37,16 @@ class Session:
         self.history: list[dict] = []
         self._tracker = None
         self.resume_step: int | None = None  # set by a resume: the tracker continues that run's files
+
+    def __repr__(self) -> str:
+        """e.g. Session(model='smollm2-135m-instruct', algorithm='grpo', step=3/30, output_dir='output/grpo', ...)."""
+        from ppokit.training.loop import total_steps
+
+        args = self.args
+        reward = next((h["reward/mean"] for h in reversed(self.history) if "reward/mean" in h), None)
+        last = "no step yet" if reward is None else f"last reward/mean={reward:.3g}"
+        return (f"Session(model={args.actor_model_name_or_path!r}, algorithm={args.rl_algorithm!r}, "
+                f"step={self.global_step}/{total_steps(self)}, output_dir={args.output_dir!r}, {last})")
 
     @classmethod
     def from_json(cls, path: str, **overrides) -> Session:
@@ -88,6 +99,7 @@ class Session:
         metrics["timing/step_s"] = time.perf_counter() - started
         tokens = float(batch.response_mask.sum() + batch.attention_mask[:, : batch.prompt_len].sum())
         metrics["throughput/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
+        metrics.update(memory_metrics(self.state.policy.device))  # memory/rss_gb; allocated/peak on a GPU
         metrics = gather_metrics(metrics, batch)  # all ranks' sequences; unchanged with one process
         self.history.append({"step": self.global_step, **metrics})
         self.last_batch = batch
@@ -120,12 +132,14 @@ class Session:
         from pathlib import Path
 
         from ppokit.checkpoint import save_checkpoint, save_hf
+        from ppokit.tracking.console import quiet_hf_progress
 
         path = None
-        if not final or self.args.save_strategy != "no":
-            path = save_checkpoint(self)
-        if final:  # every rank calls it (ZeRO-3 gathers the weights); rank 0 writes
-            save_hf(self.model, self.tokenizer, Path(self.args.output_dir))
+        with quiet_hf_progress():
+            if not final or self.args.save_strategy != "no":
+                path = save_checkpoint(self)
+            if final:  # every rank calls it (ZeRO-3 gathers the weights); rank 0 writes
+                save_hf(self.model, self.tokenizer, Path(self.args.output_dir))
         return path
 
     @classmethod

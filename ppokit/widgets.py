@@ -1,11 +1,13 @@
 """Notebook views: `show_batch` (a sortable table of a rollout) and `live_view` (training progress + plot).
 
-    s.show(batch)   # Jupyter + ipywidgets: a table with "sort by" controls; long texts fold
+    s.show(batch)   # Jupyter: an HTML table (+ "sort by" controls with ipywidgets); long texts fold
     s.train()       # Jupyter: a progress bar, the current reward, reward / KL / length charts per step
 
-Both use ipywidgets when it is installed and degrade otherwise: the table is a `BatchTable`, which a
-notebook renders as HTML and a terminal prints as text; the live view becomes one HTML output that
-is redrawn in place. Outside Jupyter `s.train()` uses the console progress bar (`ppokit.tracking`).
+Every view leaves a static output that renders with no JavaScript and no network (a saved notebook
+reopened, `jupyter nbconvert --to html`, GitHub): the table is a `BatchTable` (HTML in a notebook, text
+in a terminal) whose sort controls redraw that HTML in place, and the live view is replaced by a static
+HTML snapshot (progress, status, SVG charts) when training finishes. Outside Jupyter `s.train()` uses
+the console progress bar (`ppokit.tracking`).
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ from __future__ import annotations
 import html
 import time
 
+from ppokit.data.render import question_text
 from ppokit.tracking.progress import format_summary
-from ppokit.tracking.svg import Series, line_chart
+from ppokit.tracking.svg import Series, line_chart, std_band
 
 FOLD_AT = 160  # characters shown before a long text is folded into <details>
 KL_KEYS = ("actor/kl", "kl/reward_kl", "actor/approx_kl")
 TEXT_WIDTH = 60  # characters of prompt / response shown per row in the plain-text table
+FULL_PROMPT = "rendered prompt"  # the row key of the whole chat-templated prompt (folded under the question)
+CELL = "vertical-align:top;padding:3px 8px;border-bottom:1px solid #ddd"
+CONTROLS_NOTE = "(sort controls: live while the kernel runs; the table below is a static copy)"
 
 
 def in_notebook() -> bool:
@@ -55,13 +61,15 @@ def fold(text: str, limit: int = FOLD_AT) -> str:
 def batch_rows(batch) -> list[dict]:
     """One dict per sequence: #, group, prompt, response, reward, reward/<function>, advantage, length.
 
-    `advantage` is the mean over the response's tokens (GRPO gives every token the same value);
-    reward and advantage are None before `score()` / `compute_advantages()` ran.
+    `prompt` is the user's last turn (the question); the whole chat-templated prompt the model saw is
+    under FULL_PROMPT. `advantage` is the mean over the response's tokens (GRPO gives every token the
+    same value); reward and advantage are None before `score()` / `compute_advantages()` ran.
     """
     rows = []
     lengths = batch.response_lengths.tolist()
     for i in range(len(batch)):
-        row = {"#": i, "group": int(batch.group_ids[i]), "prompt": batch.prompt_texts[i],
+        row = {"#": i, "group": int(batch.group_ids[i]),
+               "prompt": question_text(batch.records[i], batch.prompt_texts[i]),
                "response": batch.response_texts[i]}
         row["reward"] = float(batch.scores[i]) if batch.scores is not None else None
         for name, values in (batch.reward_terms or {}).items():
@@ -71,6 +79,7 @@ def batch_rows(batch) -> list[dict]:
             valid = batch.advantages[i][batch.response_mask[i] > 0]
             row["advantage"] = float(valid.float().mean()) if len(valid) else 0.0
         row["length"] = int(lengths[i])
+        row[FULL_PROMPT] = batch.prompt_texts[i]
         rows.append(row)
     return rows
 
@@ -79,7 +88,12 @@ def numeric_columns(rows: list[dict]) -> list[str]:
     """Columns a table can be sorted by (numbers, except the row number)."""
     if not rows:
         return []
-    return [k for k in rows[0] if k != "#" and any(isinstance(r.get(k), (int, float)) for r in rows)]
+    return [k for k in rows[0] if k not in ("#", "group") and any(isinstance(r.get(k), (int, float)) for r in rows)]
+
+
+def table_columns(rows: list[dict]) -> list[str]:
+    """The columns a table shows: every key but the full prompt (folded under the question instead)."""
+    return [c for c in rows[0] if c != FULL_PROMPT] if rows else []
 
 
 def sort_rows(rows: list[dict], by: str | None, descending: bool = True) -> list[dict]:
@@ -93,22 +107,30 @@ def sort_rows(rows: list[dict], by: str | None, descending: bool = True) -> list
     return sorted(present, key=lambda r: r[by], reverse=descending) + missing
 
 
-def _cell_html(value) -> str:
+def _cell_html(value, full_prompt: str | None = None) -> str:
     if isinstance(value, str):
-        return f"<td style='max-width:28em;vertical-align:top;text-align:left'>{fold(value)}</td>"
+        extra = ""
+        if full_prompt and full_prompt.strip() != value:
+            extra = (f"<details><summary style='color:#777'>full prompt</summary>"
+                     f"<pre style='white-space:pre-wrap;margin:0;color:#555'>{html.escape(full_prompt)}</pre></details>")
+        return f"<td style='max-width:28em;text-align:left;{CELL}'>{fold(value)}{extra}</td>"
     if isinstance(value, float):
-        return f"<td style='vertical-align:top'>{value:+.3f}</td>"
-    return f"<td style='vertical-align:top'>{'' if value is None else value}</td>"
+        return f"<td style='text-align:right;{CELL}'>{value:+.3f}</td>"
+    return f"<td style='text-align:right;{CELL}'>{'' if value is None else value}</td>"
 
 
 def rows_html(rows: list[dict], sort_by: str | None = None, descending: bool = True) -> str:
-    """An HTML table of `rows` (long text folded), optionally sorted by a numeric column."""
+    """An HTML table of `rows` (long text folded, the full prompt one click under the question)."""
     if not rows:
         return "<p>empty batch</p>"
     rows = sort_rows(rows, sort_by, descending)
-    head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in rows[0])
-    body = "".join("<tr>" + "".join(_cell_html(r.get(c)) for c in rows[0]) + "</tr>" for r in rows)
-    return f"<table style='border-collapse:collapse;font-size:12px'><tr>{head}</tr>{body}</table>"
+    cols = table_columns(rows)
+    head = "".join(f"<th style='text-align:left;{CELL}'>{html.escape(c)}</th>" for c in cols)
+    body = "".join(
+        "<tr>" + "".join(_cell_html(r.get(c), r.get(FULL_PROMPT) if c == "prompt" else None) for c in cols)
+        + "</tr>" for r in rows)
+    return (f"<table class='ppokit-batch' style='border-collapse:collapse;font-size:12px'>"
+            f"<tr>{head}</tr>{body}</table>")
 
 
 def _clip(text: str, width: int) -> str:
@@ -122,7 +144,7 @@ def rows_text(rows: list[dict], sort_by: str | None = None, descending: bool = T
     if not rows:
         return "empty batch"
     rows = sort_rows(rows, sort_by, descending)
-    cols = list(rows[0])
+    cols = table_columns(rows)
 
     def cell(value) -> str:
         if value is None:
@@ -137,7 +159,11 @@ def rows_text(rows: list[dict], sort_by: str | None = None, descending: bool = T
 
 
 class BatchTable:
-    """A rollout as a table: HTML in a notebook (`_repr_html_`), text when printed. `.sort(by)` re-orders."""
+    """A rollout as a table: HTML in a notebook (`_repr_html_`), text when printed. `.sort(by)` re-orders.
+
+    Displayed in Jupyter with ipywidgets, "sort by" controls appear above the table and redraw it in
+    place; the table itself stays a plain HTML output, so a saved or exported notebook keeps it.
+    """
 
     def __init__(self, rows: list[dict], sort_by: str | None = "reward", descending: bool = True):
         self.rows = rows
@@ -160,43 +186,54 @@ class BatchTable:
 
     __repr__ = __str__
 
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
 
-def table_widget(rows: list[dict], sort_by: str | None = "reward"):
-    """An ipywidgets VBox: 'sort by' and order controls above the HTML table."""
+        bundle = {"text/html": self._repr_html_(), "text/plain": str(self)}
+        if not (in_notebook() and have_ipywidgets()):
+            display(bundle, raw=True)
+            return
+        self.controls = sort_controls(self)
+        display(self.controls)
+        self.handle = display(bundle, raw=True, display_id=True)
+
+
+def sort_controls(table: BatchTable):
+    """ipywidgets "sort by" and order controls that redraw `table`'s HTML output in place."""
     import ipywidgets as w
 
-    numeric = numeric_columns(rows)
-    sort = w.Dropdown(options=numeric, value=sort_by if sort_by in numeric else None, description="sort by")
-    order = w.ToggleButtons(options=["descending", "ascending"], value="descending")
-    table = w.HTML(rows_html(rows, sort.value, True))
+    numeric = numeric_columns(table.rows)
+    sort = w.Dropdown(options=numeric, value=table.sort_by if table.sort_by in numeric else None,
+                      description="sort by")
+    order = w.ToggleButtons(options=["descending", "ascending"], value="descending" if table.descending
+                            else "ascending")
 
     def redraw(_=None):
-        table.value = rows_html(rows, sort.value, order.value == "descending")
+        table.sort_by, table.descending = sort.value, order.value == "descending"
+        if getattr(table, "handle", None) is not None:
+            table.handle.update({"text/html": table._repr_html_(), "text/plain": str(table)}, raw=True)
 
     sort.observe(redraw, names="value")
     order.observe(redraw, names="value")
-    box = w.VBox([w.HBox([sort, order]), table])
-    box.rows, box.sort, box.order, box.table = rows, sort, order, table  # for code that inspects the view
+    box = w.HBox([sort, order])
+    box.sort, box.order = sort, order  # for code that inspects the view
     widget_bundle = box._repr_mimebundle_
 
     def bundle(**kwargs):
-        """The widget, plus the table as HTML for viewers that cannot run widgets (nbconvert, GitHub)."""
+        """A plain-text line instead of `HBox(children=...)` where the widget cannot be drawn."""
         data = widget_bundle(**kwargs)
-        return {**data, "text/html": table.value} if data else data
+        return {**data, "text/plain": CONTROLS_NOTE} if data else data
 
     box._repr_mimebundle_ = bundle
     return box
 
 
-def show_batch(batch, sort_by: str | None = "reward"):
-    """A sortable table of `batch`: an ipywidgets view in Jupyter, else a BatchTable (HTML or text)."""
+def show_batch(batch, sort_by: str | None = "reward") -> BatchTable:
+    """A table of `batch`: HTML in Jupyter (with sort controls when ipywidgets is there), text elsewhere."""
     if batch is None:
         raise ValueError("there is no batch to show yet: run batch = s.rollout() (or s.step()) first, "
                          "then s.show(batch)")
-    rows = batch_rows(batch)
-    if in_notebook() and have_ipywidgets():
-        return table_widget(rows, sort_by)
-    return BatchTable(rows, sort_by)
+    return BatchTable(batch_rows(batch), sort_by)
 
 
 # ---------------------------------------------------------------------------- the live training view
@@ -210,8 +247,7 @@ def live_plot_svg(history: list[tuple[int, dict]]) -> str:
         return [next((m[k] for k in keys if m.get(k) is not None), None) for _, m in history]
 
     mean, std = col("reward/mean"), col("reward/std")
-    lo = [m - s if m is not None and s is not None else None for m, s in zip(mean, std)]
-    hi = [m + s if m is not None and s is not None else None for m, s in zip(mean, std)]
+    lo, hi = std_band(mean, std, col("reward/min"), col("reward/max"))
     reward = [Series("reward/mean", steps, mean, lo, hi)]
     accuracy = col("eval/accuracy")
     if any(a is not None for a in accuracy):
@@ -252,6 +288,14 @@ class LiveState:
         self.status += "  (done)"
 
 
+def snapshot_html(state: LiveState) -> str:
+    """The live view as static HTML: a progress element, the status line and the SVG charts."""
+    bar = f"<progress value='{state.step}' max='{max(state.total, 1)}' style='width:240px'></progress>"
+    status = f"<code>{html.escape(state.status)}</code>"
+    plot = live_plot_svg(state.history) if state.history else ""
+    return f"<div class='ppokit-train'><div>{bar} {status}</div>{plot}</div>"
+
+
 class LiveView:
     """ipywidgets: a progress bar, the status line (current reward, KL, length) and the charts."""
 
@@ -264,7 +308,7 @@ class LiveView:
         self.label = w.Label(self.state.status)
         self.plot = w.HTML(live_plot_svg(self.state.history) if self.state.history else "")
         self.widget = w.VBox([w.HBox([self.bar, self.label]), self.plot])
-        display(self.widget)
+        self.handle = display(self.widget, display_id=True)
 
     def update(self, step: int, metrics: dict) -> None:
         self.state.record(step, metrics)
@@ -276,6 +320,8 @@ class LiveView:
         self.state.close()
         self.label.value = self.state.status
         self.bar.bar_style = "success" if self.state.step >= self.state.total else "warning"
+        if self.handle is not None:  # the finished view as static HTML: it survives saving and export
+            self.handle.update({"text/html": snapshot_html(self.state), "text/plain": self.state.status}, raw=True)
 
 
 class HtmlLiveView:
@@ -289,11 +335,7 @@ class HtmlLiveView:
         self.handle = display(HTML(self.render()), display_id=True)
 
     def render(self) -> str:
-        st = self.state
-        bar = f"<progress value='{st.step}' max='{max(st.total, 1)}' style='width:240px'></progress>"
-        status = f"<code>{html.escape(st.status)}</code>"
-        plot = live_plot_svg(st.history) if st.history else ""
-        return f"<div>{bar} {status}</div>{plot}"
+        return snapshot_html(self.state)
 
     def update(self, step: int, metrics: dict) -> None:
         self.state.record(step, metrics)

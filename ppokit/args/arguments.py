@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
-from pydantic import ConfigDict, PrivateAttr
+from pydantic import ConfigDict, PrivateAttr, ValidationError
 
 from ppokit.algorithms import algorithm
 
+from .errors import ConfigError
 from .extensions import PpokitArguments
+from .fieldinfo import type_name
 from .model_data import DataArguments, ModelArguments
 from .training_base import BaseTrainingArguments
 from .training_rl import RLTrainingArguments
+
+
+class AssignmentError(ConfigError, ValueError):
+    """A value assigned to an argument (``s.args.temperature = -1``) that it cannot take; one sentence."""
 
 
 class TrainingArguments(RLTrainingArguments, BaseTrainingArguments):
@@ -27,6 +34,22 @@ class Arguments(ModelArguments, DataArguments, TrainingArguments, PpokitArgument
     model_config = ConfigDict(validate_assignment=True, extra="forbid", coerce_numbers_to_str=True)
 
     _notes: list[str] = PrivateAttr(default_factory=list)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Validated assignment; a refused value is one sentence (AssignmentError), not a pydantic report."""
+        if not name.startswith("_") and name not in type(self).model_fields and not hasattr(type(self), name):
+            close = difflib.get_close_matches(name, list(type(self).model_fields), n=1)
+            raise AssignmentError(f"there is no argument '{name}'" + (f"; did you mean {close[0]}?" if close else
+                                  "; `python -m ppokit.args list` shows every key."))
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = type(self).model_fields.get(name)
+            expected = type_name(field.annotation) if field is not None else "a valid value"
+            detail = "" if expected.startswith("one of") else f" ({error['msg']})"
+            raise AssignmentError(f"{name}={value!r} is not valid: expected {expected}{detail}; "
+                                  f"{name} is still {getattr(self, name)!r}.") from None
 
     @property
     def notes(self) -> list[str]:

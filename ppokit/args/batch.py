@@ -46,7 +46,7 @@ class BatchPlan:
     sequences_per_rank: int
     mini_batch_prompts: int  # global prompts per optimizer step
     mini_batch_sequences_per_rank: int
-    micro_batch_size: int  # = per_device_train_batch_size
+    micro_batch_size: int  # = per_device_train_batch_size, capped at mini_batch_sequences_per_rank
     gradient_accumulation_steps: int  # micro-steps per optimizer step, per rank
     update_iters: int
     optimizer_steps_per_rollout: int
@@ -55,6 +55,7 @@ class BatchPlan:
     mode: Literal["global", "per_device"]
     gen_prompts_per_step: int  # global prompts generated per round (> prompts_per_step with dynamic sampling)
     data_parallel_size: int = 1  # PaddleNLP's data-parallel ranks (world / TP / PP): per_device_* count per one
+    notes: tuple[str, ...] = ()  # adjustments made to fit this world size (said once when training starts)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as a plain dict."""
@@ -73,9 +74,14 @@ def batch_plan(args: Any, world_size: int = 1) -> BatchPlan:
         raise ConfigError(f"world_size must be at least 1, got {world_size}.")
     n = args.rollout_n
     micro = args.per_device_train_batch_size
+    notes: tuple[str, ...] = ()
     if batch_mode(args) == "global":
         prompts, mini, gen = _global_sizes(args, world_size)
         mini_seq_rank = mini * n // world_size
+        if micro > mini_seq_rank:  # more ranks leave each fewer sequences: one micro-batch of what it has
+            notes = (f"per_device_train_batch_size={micro} is more than the {mini_seq_rank} sequences each of "
+                     f"{world_size} ranks has per optimizer step; micro-batches of {mini_seq_rank} are used",)
+            micro = mini_seq_rank
         accumulation = mini_seq_rank // micro
         _require(mini_seq_rank % micro == 0 and accumulation >= 1,
                  f"global_mini_batch_size x rollout_n / world_size = {mini} x {n} / {world_size} = "
@@ -91,7 +97,7 @@ def batch_plan(args: Any, world_size: int = 1) -> BatchPlan:
         mini_batch_sequences_per_rank=mini_seq_rank, micro_batch_size=micro,
         gradient_accumulation_steps=accumulation, update_iters=args.update_iters,
         optimizer_steps_per_rollout=steps, rollout_n=n, world_size=world_size, mode=batch_mode(args),
-        gen_prompts_per_step=gen, data_parallel_size=data_parallel_size(args, world_size))
+        gen_prompts_per_step=gen, data_parallel_size=data_parallel_size(args, world_size), notes=notes)
 
 
 def data_parallel_size(args: Any, world_size: int) -> int:

@@ -44,13 +44,33 @@ def resolved_config(args: Arguments, world_size: int | None = None) -> dict[str,
     return {**args.to_dict(), "derived": derived_section(args, world), "notes": list(args.notes)}
 
 
+class _BarSafeHandler(logging.StreamHandler):
+    """Log lines through tqdm.write, so a line never lands glued to the end of a progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return super().emit(record)
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:
+            self.handleError(record)
+
+
 def _ensure_log_handler() -> None:
     logger = logging.getLogger("ppokit")
     if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _BarSafeHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("ppokit: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+
+
+def apply_log_level(args: Arguments) -> None:
+    """`log_level`: debug shows DeepSpeed's config and start-up output; passive (the default) means info."""
+    level = "INFO" if args.log_level == "passive" else args.log_level.upper()
+    logging.getLogger("ppokit").setLevel(level)
 
 
 def parse_cli(argv: list[str]) -> Arguments:
@@ -76,6 +96,7 @@ def parse_cli(argv: list[str]) -> Arguments:
     if "print_config" in keys:
         print(text)
         sys.exit(0)
+    apply_log_level(args)
     return args
 
 

@@ -70,6 +70,9 @@ class BaseTrainingArguments(BaseModel):
         None, description="HTTP proxy used by wandb. Accepted for PaddleNLP compatibility; no effect here, "
         "because ppokit's wandb backend uses the standard HTTPS_PROXY/HTTP_PROXY variables; set those.")
     disable_tqdm: bool | None = Field(None, description="Hide progress bars; None -> False.")
+    log_level: Literal["passive", "debug", "info", "warning", "error", "critical"] = Field(
+        "passive", description="How much run_ppo.py prints: passive/info = set-up stages, steps and notes; "
+        "debug adds DeepSpeed's config and what its start-up probes wrote; warning = only problems.")
     save_strategy: Interval = Field("steps", description="When to save checkpoints: no, steps or epoch.")
     save_steps: int = Field(500, ge=1, description="Save a checkpoint every N steps.")
     save_total_limit: int | None = Field(None, ge=1, description="Keep at most N checkpoints; None = all.")

@@ -95,6 +95,35 @@ def choose_chat_template(tokenizer, chat_template: str | None, given: bool, mode
     return f"the chat template from {path}"
 
 
+# chat-template markers of a user turn in an already-rendered prompt: (start of the turn, its end)
+_USER_TURN_MARKERS = (
+    ("<|im_start|>user\n", "<|im_end|>"),  # ChatML (Qwen, SmolLM2)
+    ("<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>"),  # Llama 3
+    ("[INST]", "[/INST]"),  # Llama 2, Mistral
+    ("\nUser: ", "\nAssistant:"),  # render_plain
+)
+
+
+def question_text(record: dict | None, rendered: str = "") -> str:
+    """The user's last turn: what a person asked, without the system prompt and chat-template markup.
+
+    From the record's `messages` when it has them, else cut out of the rendered prompt (ChatML, Llama
+    and plain "User:" turns are recognised); a prompt in no known template is returned whole.
+    """
+    messages = (record or {}).get("messages") or []
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    if users:
+        return str(users[-1].get("content", "")).strip()
+    text = rendered or str((record or {}).get("prompt") or "")
+    for start, end in _USER_TURN_MARKERS:
+        at = ("\n" + text).rfind(start) if start.startswith("\n") else text.rfind(start)
+        if at >= 0:
+            begin = at + len(start) - (1 if start.startswith("\n") else 0)
+            stop = text.find(end, begin)
+            return text[begin: stop if stop >= 0 else len(text)].strip()
+    return text.strip()
+
+
 def _bos_to_add(tokenizer) -> int | None:
     """The BOS id the tokenizer would add itself with add_special_tokens=True, else None."""
     bos = getattr(tokenizer, "bos_token_id", None)

@@ -104,5 +104,5 @@ def deepspeed_config(
     }
     if fp16 and on_cuda:
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
-    log.info("DeepSpeed config: %s", json.dumps(config, sort_keys=True))
+    log.debug("DeepSpeed config: %s", json.dumps(config, sort_keys=True))  # shown with --log_level debug
     return config

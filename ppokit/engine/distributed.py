@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -98,9 +99,17 @@ def init_distributed(backend: str | None = None) -> DistInfo:
     if use_cuda:
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        import deepspeed
+        from ppokit.engine.quiet import captured_native_output
 
-        deepspeed.init_distributed(dist_backend=backend or ("nccl" if use_cuda else "gloo"))
+        if not use_cuda:  # say so, rather than let DeepSpeed warn that it could not detect an accelerator
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        excepthook = sys.excepthook
+        with captured_native_output("DeepSpeed's start-up (op compatibility probes)"):
+            import deepspeed
+
+            deepspeed.init_distributed(dist_backend=backend or ("nccl" if use_cuda else "gloo"))
+        if dist.get_world_size() == 1:  # torch prefixes every traceback line "[rank0]:"; one process needs no label
+            sys.excepthook = excepthook
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device)
 

@@ -67,7 +67,8 @@ def make_rollout_engine(
     """
     if kind not in (None, "hf", "vllm"):
         raise ValueError(f"Unknown rollout engine {kind!r}; choose 'hf' or 'vllm'.")
-    wants_vllm = kind == "vllm" or (kind is None and use_fusemt)
+    # use_fusemt is on by default (PaddleNLP's default); vLLM needs a GPU, so on a CPU it asks for nothing
+    wants_vllm = kind == "vllm" or (kind is None and use_fusemt and torch.cuda.is_available())
     asked = "the vllm rollout engine was asked for" if kind == "vllm" else "use_fusemt asked for the fast path"
     if wants_vllm and not vllm_available():
         _note_once(f"{asked} but vLLM is not installed; using the hf engine")

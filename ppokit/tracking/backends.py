@@ -63,6 +63,19 @@ def _installed(name: str) -> bool:
         return False
 
 
+# What a person looks at first: the reward, then evaluation, lengths and KL; everything else after, as logged.
+FIRST_TAGS = ("reward/mean", "reward/std", "reward/", "eval/", "response_length/", "actor/kl", "actor/entropy")
+# VisualDL sorts its tag groups (the text before the first "/") by name and opens only the first, "actor";
+# as in PaddleNLP's own logs, every scalar goes under train/, where charts keep the order they were first written.
+VISUALDL_PREFIX = "train/"
+
+
+def tag_rank(tag: str) -> int:
+    """Position of a metric's group in VisualDL: reward/mean first (VisualDL opens only the first group)."""
+    return next((i for i, head in enumerate(FIRST_TAGS) if tag == head or (head.endswith("/") and
+                 tag.startswith(head))), len(FIRST_TAGS))
+
+
 class VisualDLBackend:
     """Scalars, text and hparams through ``visualdl.LogWriter`` into one new record file."""
 
@@ -79,14 +92,14 @@ class VisualDLBackend:
         self.file = self.writer.file_name
 
     def scalars(self, step: int, metrics: dict[str, float]) -> None:
-        for tag, value in metrics.items():
-            self.writer.add_scalar(tag=tag, value=value, step=step)
+        for tag in sorted(metrics, key=tag_rank):  # reward/mean is the first chart of the first group
+            self.writer.add_scalar(tag=VISUALDL_PREFIX + tag, value=metrics[tag], step=step)
 
     def text(self, step: int, tag: str, text: str) -> None:
         self.writer.add_text(tag=tag, text_string=text, step=step)
 
     def hparams(self, hparams: dict[str, int | float | str], metric_names: list[str]) -> None:
-        self.writer.add_hparams(hparams_dict=hparams, metrics_list=list(metric_names))
+        self.writer.add_hparams(hparams_dict=hparams, metrics_list=[VISUALDL_PREFIX + m for m in metric_names])
 
     def carry_over(self, previous_file: str, max_step: int) -> int:
         """Copy scalars and texts with step <= max_step from an earlier run's file; returns records copied.
@@ -205,7 +218,8 @@ def open_backends(
     for name in names:
         if name == "visualdl":
             try:
-                backends.append(VisualDLBackend(logdir, display_name=run_name or ""))
+                # the run is named by its output folder ("grpo"), not by the log folder's absolute path
+                backends.append(VisualDLBackend(logdir, display_name=run_name or output_dir.name))
             except ImportError as exc:
                 note(
                     f"VisualDL could not be imported ({exc}); reinstall it with pip install visualdl. Skipping it."

@@ -44,7 +44,8 @@ def step_seconds(metrics: dict[str, Any]) -> float | None:
 
 
 def format_summary(step: int, metrics: dict[str, Any], total: int | None = None) -> str:
-    """A one-line summary, e.g. ``step 12/40 | reward 0.62±0.31 | len 41.2 | kl 0.003 | 12.4s/step``.
+    """A one-line summary, e.g. ``step 12/40 | reward 0.62±0.31 | len 41.2 | kl 0.003 | 12.4s/step | 310 tok/s |
+    mem 1.41 GB`` (memory: the GPU's peak allocation, else the process's resident memory).
 
     Metrics that were not logged (or are NaN) are left out rather than shown as zero.
     """
@@ -60,6 +61,12 @@ def format_summary(step: int, metrics: dict[str, Any], total: int | None = None)
     seconds = step_seconds(metrics)
     if seconds is not None:
         parts.append(f"{seconds:.1f}s/step")
+    tokens = _number(metrics, ("throughput/tokens_per_s",))
+    if tokens is not None:
+        parts.append(f"{tokens:.0f} tok/s")
+    memory = _number(metrics, ("memory/peak_gb", "memory/rss_gb"))
+    if memory is not None:
+        parts.append(f"mem {memory:.2f} GB" + (" peak" if "memory/peak_gb" in metrics else ""))
     return " | ".join(parts)
 
 
@@ -90,8 +97,7 @@ class ConsoleProgress:
         metrics = metrics or {}
         advance = int(step) - self.step
         self.step = int(step)
-        if self._bar is None:
-            print(format_summary(step, metrics, self.total), file=sys.stderr)
+        if self._bar is None:  # no bar: the per-step lines (`write`) say it all
             return
         postfix = {}
         mean = _number(metrics, ("reward/mean",))

@@ -27,9 +27,15 @@ from pathlib import Path
 
 from ppokit.errors import PpokitError
 from ppokit.tracking.jsonl import read_jsonl
-from ppokit.tracking.svg import Series, bar_chart, fmt_number, line_chart
+from ppokit.tracking.svg import Series, bar_chart, fmt_number, line_chart, std_band
 
 REWARD_STATS = ("reward/mean", "reward/std", "reward/min", "reward/max")
+# reward/* metrics that are not one reward function's mean: a count, and the sum before normalising
+NOT_FUNCTIONS = ("reward/skipped_groups", "reward/raw_mean")
+KL_OFF_NOTE = ("KL is 0 at every step: no KL term is on (kl_loss_coeff is 0 and the algorithm puts no KL in the "
+               "reward), so the actor is never compared with a reference model. Set kl_loss_coeff (GRPO) or "
+               "kl_coeff (PPO) to watch it. actor/approx_kl, the policy's drift within a step, is 0 too when each "
+               "rollout gets one optimizer step.")
 # (chart title, y label, regex on the metric name); a metric goes to the first chart it matches
 SIGNAL_CHARTS = (
     ("Response length", "tokens", r"^(response|prompt)_length/(mean|max|min)$"),
@@ -140,8 +146,7 @@ def reward_section(rows: list[dict], names: list[str]) -> str:
     if "reward/mean" not in names:
         return "<h2>Reward</h2>" + _missing("reward/mean")
     mean, std = _column(rows, "reward/mean"), _column(rows, "reward/std")
-    lo = [m - s if m is not None and s is not None else None for m, s in zip(mean, std)]
-    hi = [m + s if m is not None and s is not None else None for m, s in zip(mean, std)]
+    lo, hi = std_band(mean, std, _column(rows, "reward/min"), _column(rows, "reward/max"))
     has_std = any(v is not None for v in std)
     name = "reward mean ± std" if has_std else "reward mean"
     band = {"lo": lo, "hi": hi} if has_std else {}
@@ -155,7 +160,7 @@ def reward_section(rows: list[dict], names: list[str]) -> str:
         ),
     ]
     extremes = [k for k in ("reward/min", "reward/max") if k in names]
-    per_fn = [k for k in names if k.startswith("reward/") and k not in REWARD_STATS]
+    per_fn = [k for k in names if k.startswith("reward/") and k not in REWARD_STATS + NOT_FUNCTIONS]
     if extremes:
         svgs.append(line_chart(_series(rows, ["reward/mean", *extremes]), "Reward range", "step", "reward"))
     if per_fn:
@@ -183,6 +188,9 @@ def signals_section(rows: list[dict], names: list[str]) -> tuple[str, set[str]]:
         ):
             missing.append(title)
     html = "<h2>Training signals</h2>" + _charts(svgs)
+    kl = [v for n in used if re.search(SIGNAL_CHARTS[1][2], n) for v in _column(rows, n) if v is not None]
+    if kl and all(v == 0 for v in kl):
+        html += f'<div class="note">{escape(KL_OFF_NOTE)}</div>'
     if missing:
         html += _missing(", ".join(missing))
     return html, used
@@ -217,7 +225,8 @@ def eval_section(rows: list[dict], names: list[str]) -> str:
 
 def other_metrics_section(rows: list[dict], names: list[str], used: set[str]) -> str:
     """Metrics no chart shows, as a table of last, min and max values."""
-    keys = [n for n in names if n not in used and not n.startswith(("reward/", "timing/", "eval/"))]
+    keys = [n for n in names if n not in used and (n in NOT_FUNCTIONS or not n.startswith(("reward/", "timing/",
+                                                                                             "eval/")))]
     if not keys:
         return ""
     body = []
@@ -247,8 +256,9 @@ def _fact(value) -> str:
 
 
 def render_sample(row: dict) -> str:
-    """One generation: facts (reward, advantage, task, other fields), prompt and response — all escaped."""
-    skip = ("step", "prompt", "response")
+    """One generation: facts (reward, advantage, task, other fields), the question (the user's last turn, with
+    the full chat-templated prompt one click away), and the response — all escaped."""
+    skip = ("step", "prompt", "question", "response")
     order = ["reward", "advantage", "task"] + [
         k for k in row if k not in skip + ("reward", "advantage", "task")
     ]
@@ -257,9 +267,19 @@ def render_sample(row: dict) -> str:
         '<div class="sample"><div class="facts">'
         + " · ".join(facts)
         + "</div>"
-        + f"<div>prompt</div><pre>{escape(_clip(row.get('prompt')))}</pre>"
+        + _question_html(row)
         + f"<div>response</div><pre>{escape(_clip(row.get('response')))}</pre></div>"
     )
+
+
+def _question_html(row: dict) -> str:
+    question = row.get("question")
+    if question is None:  # samples.jsonl of an older run: the prompt as it was logged
+        return f"<div>prompt</div><pre>{escape(_clip(row.get('prompt')))}</pre>"
+    full = ""
+    if row.get("prompt") and str(row["prompt"]).strip() != str(question).strip():
+        full = f"<details><summary>full prompt</summary><pre>{escape(_clip(row['prompt']))}</pre></details>"
+    return f"<div>question</div><pre>{escape(_clip(question))}</pre>{full}"
 
 
 def samples_section(samples: list[dict] | None) -> str:

@@ -27,15 +27,36 @@ class Series:
     hi: list[float | None] | None = None
 
 
+def std_band(mean: list, std: list, low: list | None = None, high: list | None = None) -> tuple[list, list]:
+    """(lo, hi) of mean ± std, clipped per point to [low, high] (the step's min and max reward) when given.
+
+    Rewards of 0 or 1 have mean ± std outside [0, 1]; no reward was ever there, so the band stops at the range.
+    """
+    lo, hi = [], []
+    for i, (m, s) in enumerate(zip(mean, std)):
+        if m is None or s is None:
+            lo.append(None)
+            hi.append(None)
+            continue
+        floor = low[i] if low and low[i] is not None else -math.inf
+        ceiling = high[i] if high and high[i] is not None else math.inf
+        lo.append(max(m - s, floor))
+        hi.append(min(m + s, ceiling))
+    return lo, hi
+
+
 def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values covering [lo, hi] (steps of 1, 2 or 5 times a power of ten)."""
+def nice_ticks(lo: float, hi: float, count: int = 5, integer: bool = False) -> list[float]:
+    """Round tick values covering [lo, hi] (steps of 1, 2 or 5 times a power of ten); whole numbers only
+    with `integer` (steps are counted in whole steps: no tick at 0.5)."""
     if hi <= lo:
         return [lo]
     raw = (hi - lo) / max(count, 1)
+    if integer:
+        raw = max(raw, 1.0)
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     first = math.ceil(lo / step - 1e-9)
@@ -103,7 +124,9 @@ def _axes(x0, x1, y0, y1, sx, sy, x_label, y_label, top) -> list[str]:
         y = sy(t)
         out.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#e5e5e5"/>')
         out.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt_number(t))}</text>')
-    for t in nice_ticks(x0, x1, 6):
+    for t in nice_ticks(x0, x1, 6, integer=x_label == "step"):
+        if not x0 <= t <= x1:
+            continue
         x = sx(t)
         out.append(
             f'<line x1="{x:.1f}" y1="{HEIGHT - BOTTOM}" x2="{x:.1f}" y2="{HEIGHT - BOTTOM + 4}" stroke="#666"/>'

@@ -119,7 +119,11 @@ class Tracker:
         if rows:
             text = render_samples_markdown(step, rows)
             for backend in self.backends:
-                backend.text(step, "samples", text)
+                if isinstance(backend, VisualDLBackend):  # plain text there: one short paragraph per sample
+                    for i, line in enumerate(sample_lines(rows)):
+                        backend.text(step, f"samples/{i + 1}", line)
+                else:
+                    backend.text(step, "samples", text)
                 backend.flush()
 
     def log_hparams(
@@ -284,10 +288,27 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def render_samples_markdown(step: int, rows: list[dict], shown: int = SAMPLES_SHOWN) -> str:
-    """A readable rendering of the first ``shown`` samples for VisualDL's text panel.
+def sample_lines(rows: list[dict], shown: int = SAMPLES_SHOWN) -> list[str]:
+    """One line per sample, e.g. "reward 1 · advantage 0.71 · Q: What is 3 + 4? · A: The answer is 7".
 
-    Prompts and responses are indented code blocks, so model output cannot break the layout.
+    VisualDL shows text as one plain paragraph (no markdown, newlines folded), so each sample is a line of
+    its own tag (samples/1, samples/2, ...) with the facts first and the question, not the chat template.
+    """
+    lines = []
+    for row in rows[:shown]:
+        facts = [f"{k} {_fmt(row[k])}" for k in ("reward", "advantage", "task") if row.get(k) is not None]
+        facts += [f"{k} {_fmt(v)}" for k, v in row.items() if k.startswith("reward/") and v is not None]
+        question = " ".join(_clip(row.get("question") or row.get("prompt"), 400).split())
+        answer = " ".join(_clip(row.get("response"), 600).split())
+        lines.append(" · ".join(facts + [f"Q: {question}", f"A: {answer}"]))
+    return lines
+
+
+def render_samples_markdown(step: int, rows: list[dict], shown: int = SAMPLES_SHOWN) -> str:
+    """A readable markdown rendering of the first ``shown`` samples (TensorBoard's and wandb's text panels).
+
+    The question (the user's last turn) and the response are indented code blocks, so model output
+    cannot break the layout; the full chat-templated prompt is in samples.jsonl.
     """
     parts = [f"**step {step}** · showing {min(shown, len(rows))} of {len(rows)} samples"]
     for i, row in enumerate(rows[:shown], start=1):
@@ -298,10 +319,11 @@ def render_samples_markdown(step: int, rows: list[dict], shown: int = SAMPLES_SH
         facts += [
             f"{k} {_fmt(v)}"
             for k, v in row.items()
-            if k not in ("prompt", "response", "reward", "advantage", "task") and v is not None
+            if k not in ("prompt", "question", "response", "reward", "advantage", "task") and v is not None
         ]
         parts.append("---\n" + " · ".join(facts))
-        for key in ("prompt", "response"):
-            body = "\n".join("    " + line for line in _clip(row.get(key)).splitlines() or [""])
+        shown_text = {"question": row.get("question") or row.get("prompt"), "response": row.get("response")}
+        for key, value in shown_text.items():
+            body = "\n".join("    " + line for line in _clip(value).splitlines() or [""])
             parts.append(f"*{key}*\n\n{body}")
     return "\n\n".join(parts) + "\n"

@@ -50,7 +50,9 @@ def actor_loss(engine, part: RolloutBatch, cfg: LossConfig, denoms, compute_dtyp
         metrics["actor/entropy"] = float(ent.detach())
     if part.ref_logprobs is not None:
         d = (logp.detach() - part.ref_logprobs) * mask
-        metrics["actor/kl"] = float(d.sum()) / tokens  # k1 estimate of KL(actor || ref), mini-batch share
+        # KL(actor || ref), mini-batch share: k3 is never negative (k1, its unbiased but noisy mean, can be)
+        metrics["actor/kl"] = float((kl_penalty(logp.detach(), part.ref_logprobs, "k3") * mask).sum()) / tokens
+        metrics["actor/kl_k1"] = float(d.sum()) / tokens
     if positive_tokens is not None:  # VAPO: NLL of the responses that scored > 0, over all their tokens
         nll, positive = positive_example_nll(logp, mask, part.scores)
         lm = reduce_loss(nll, positive, "token-mean", global_tokens=positive_tokens)

@@ -58,7 +58,8 @@ def with_advantages(batch: RolloutBatch, args, beta: float) -> RolloutBatch:
     if algo.kl_in_reward and args.kl_coeff > 0 and batch.ref_logprobs is not None:
         token_rewards, kl_metrics = kl_in_reward(batch, token_rewards, args.kl_penalty, beta)
         metrics.update(kl_metrics)
-    metrics["kl/beta"] = float(beta)
+    if algo.kl_in_reward and args.kl_coeff > 0:  # beta means something only while KL is in the reward
+        metrics["kl/beta"] = float(beta)
     if algo.needs_critic and batch.values is None:
         raise ValueError(f"{args.rl_algorithm} advantages need the critic's values (batch.values); get the batch "
                          "from Session.rollout().")

@@ -40,6 +40,27 @@ class RolloutBatch:
     def __len__(self) -> int:
         return len(self.records)
 
+    def __repr__(self) -> str:
+        """A summary, not the tensors: e.g. RolloutBatch(8 sequences = 2 prompts x 4, reward mean 0.5, ...)."""
+        groups = len(set(self.group_ids.tolist()))
+        lengths = self.response_lengths
+        parts = [f"{len(self)} sequences = {groups} prompts x {len(self) // max(groups, 1)}",
+                 f"prompt columns {self.prompt_len}",
+                 f"response length mean {float(lengths.mean()):.1f} (max {int(lengths.max())})" if len(self) else ""]
+        parts.append("not scored" if self.scores is None else
+                     f"reward mean {float(self.scores.float().mean()):.3g} (min {float(self.scores.min()):.3g}, "
+                     f"max {float(self.scores.max()):.3g})")
+        parts.append("advantages computed" if self.advantages is not None else "no advantages yet")
+        return "RolloutBatch(" + ", ".join(p for p in parts if p) + ")"
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the summary line over the table of `ppokit.widgets.show_batch`."""
+        from html import escape
+
+        from ppokit.widgets import show_batch
+
+        return f"<p><code>{escape(repr(self))}</code></p>" + show_batch(self)._repr_html_()
+
     @property
     def response_lengths(self) -> torch.Tensor:
         """(B,) number of real response tokens."""

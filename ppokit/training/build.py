@@ -14,9 +14,10 @@ from ppokit.args import Arguments, BatchPlan, ConfigError, batch_plan, check_hub
 from ppokit.data import PromptLoader, choose_chat_template
 from ppokit.engine import DistInfo
 from ppokit.rollout import RolloutEngine
+from ppokit.tracking.console import quiet_hf_progress, set_quiet, stage
 from ppokit.training.batch import RolloutBatch
 from ppokit.training.critic import Critic
-from ppokit.training.engine_setup import choose_device, seed_everything, train_engine
+from ppokit.training.engine_setup import choose_device, seed_everything, train_engine, zero_options
 from ppokit.training.forward import batched_logprobs
 from ppokit.training.model_setup import add_stop_token, configure_model
 from ppokit.training.normalize import RunningNormalizer
@@ -83,10 +84,11 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
     lora = LoraSpec(rank=args.lora_rank, alpha=args.lora_alpha, dropout=args.lora_dropout) if args.lora_rank > 0 else None
     path = None
     if model is None:
-        path = resolve_model_path(args.actor_model_name_or_path)
-        tokenizer = tokenizer or load_tokenizer(path)
-        model = load_causal_lm(path, dtype=param_dtype, device=device, gradient_checkpointing=args.recompute,
-                               attn_implementation=attention_implementation(args.use_flash_attention), lora=lora)
+        with stage(f"loading {args.actor_model_name_or_path}"), quiet_hf_progress():
+            path = resolve_model_path(args.actor_model_name_or_path)
+            tokenizer = tokenizer or load_tokenizer(path)
+            model = load_causal_lm(path, dtype=param_dtype, device=device, gradient_checkpointing=args.recompute,
+                                   attn_implementation=attention_implementation(args.use_flash_attention), lora=lora)
     elif lora is not None:
         from ppokit.models import apply_lora
 
@@ -100,8 +102,10 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
     check_lengths(args, getattr(model.config, "max_position_embeddings", None))
     reference = None
     if args.needs_reference:
-        reference = load_reference(model, path, dtype=param_dtype, device=device, lora_used=lora is not None)
-    engine = train_engine(model, args, plan, device)
+        with stage("loading the reference model"), quiet_hf_progress():
+            reference = load_reference(model, path, dtype=param_dtype, device=device, lora_used=lora is not None)
+    with stage(f"building the DeepSpeed engine (ZeRO stage {zero_options(args)['zero_stage']}, {device.type})"):
+        engine = train_engine(model, args, plan, device)
     return Policy(tokenizer=tokenizer, engine=engine, reference=reference, compute_dtype=compute_dtype,
                   device=device, model_path=path)
 
@@ -188,6 +192,7 @@ def encode(records, tokenizer, max_prompt_len, encode_prompts):
 
 def quiet_other_ranks(rank: int) -> None:
     """On ranks other than 0, show only ppokit's warnings and errors (rank 0 prints the info lines)."""
+    set_quiet(rank != 0)
     if rank != 0:
         logging.getLogger("ppokit").setLevel(logging.WARNING)
 
@@ -199,12 +204,16 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     from ppokit.rollout import make_rollout_engine
 
     check_hub_datasets(args)  # before minutes of model loading
-    dist = init_distributed()
+    with stage("starting the process group (DeepSpeed)"):
+        dist = init_distributed()
     quiet_other_ranks(dist.rank)  # only rank 0 prints ppokit's info lines
     plan = batch_plan(args, dist.world_size)
+    for note in plan.notes:  # e.g. the micro-batch capped at what a rank has
+        logger.info(note)
     seed_everything(args.seed)
     policy = build_policy(args, dist, plan, model=model, tokenizer=tokenizer)
-    train, evals, loader = build_data(args, policy.tokenizer, plan)
+    with stage("reading the prompts"):
+        train, evals, loader = build_data(args, policy.tokenizer, plan)
     fns = reward_functions if reward_functions is not None else build_reward_functions(args, train)
     if reward_functions is not None and not isinstance(fns, list):
         fns = [fns]
@@ -222,7 +231,8 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     if algorithm(args.rl_algorithm).needs_critic:
         from ppokit.training.critic import build_critic
 
-        state.critic = build_critic(args, dist, plan, policy)
+        with stage("loading the critic"), quiet_hf_progress():
+            state.critic = build_critic(args, dist, plan, policy)
     if args.normalize_reward:
         state.reward_normalizer = RunningNormalizer()
     if args.ptx_coeff > 0:

@@ -38,6 +38,17 @@ def comparable_answer(details: dict):
     return answer
 
 
+def eval_sample(batch, j: int, reward: float, correct: bool, answer) -> dict:
+    """One eval response as a person reads it: the question, the expected and the given answer, the verdict."""
+    from ppokit.data.render import question_text
+
+    record = batch.records[j]
+    expected = next((record[k] for k in ("label", "answer", "tgt", "response") if record.get(k) is not None), None)
+    return {"question": question_text(record, batch.prompt_texts[j]), "expected": expected, "answer": answer,
+            "response": batch.response_texts[j], "reward": reward, "correct": correct,
+            "prompt": batch.prompt_texts[j]}
+
+
 def judge(record: dict, response: str, reward: float) -> tuple[bool, object]:
     """(correct, extracted answer) from the record's task verifier when it has one, else reward > 0.
 
@@ -114,8 +125,7 @@ def generate_and_judge(state, args, records: list[dict], samples: list | None = 
                 ([float(rewards[j]) for j in idx], [c for c, _ in judged], [a for _, a in judged])
             )
             if samples is not None:
-                samples.extend({"prompt": batch.prompt_texts[j], "response": batch.response_texts[j],
-                                "reward": float(rewards[j]), "correct": c} for j, (c, _) in zip(idx, judged))
+                samples.extend(eval_sample(batch, j, float(rewards[j]), c, a) for j, (c, a) in zip(idx, judged))
     return groups
 
 

@@ -70,8 +70,12 @@ def train_loop(session) -> list[dict]:
     """Run the steps; evaluation every `eval_steps`, checkpoints every `save_steps`, model saved at the end.
 
     `Session.train` has already prepared the run (`checkpoint.prepare_run`: output_dir, resume)."""
-    from ppokit.tracking import format_summary
+    import time
 
+    from ppokit.tracking import format_summary
+    from ppokit.tracking.console import say, summary_for
+
+    started = time.perf_counter()
     args = session.args
     total = total_steps(session)
     check_eval_data(session)
@@ -88,8 +92,8 @@ def train_loop(session) -> list[dict]:
                 evaluated_at = step
             epoch = session.state.loader.epoch
             progress.update(step, metrics)
-            if log_due(args, step, new_epoch) and session.state.dist.rank == 0:
-                logger.info(format_summary(step, metrics, total=total))
+            if log_due(args, step, new_epoch) and session.state.dist.rank == 0 and hasattr(progress, "write"):
+                progress.write("ppokit: " + format_summary(step, metrics, total=total))  # the console, not the live view
             if save_due(args, step, new_epoch) and step < total:
                 session.save()
         if args.do_eval and session.state.eval_records and evaluated_at != session.global_step:
@@ -97,6 +101,9 @@ def train_loop(session) -> list[dict]:
             if session.history:
                 session.history[-1].update(final)
         session.save(final=True)
+        if session.state.dist.rank == 0 and not args.disable_tqdm and hasattr(progress, "write"):
+            progress.close()
+            say(summary_for(session, time.perf_counter() - started))
     finally:
         progress.close()
         session.close()

@@ -27,15 +27,17 @@ import torch
 import torch.distributed as dist
 
 from ppokit.algos.advantages import zero_std_groups
+from ppokit.data.render import question_text
 from ppokit.engine import collective_device, world_size
 from ppokit.training.batch import RolloutBatch
 
 # Rank shares of a loss whose denominator is the whole mini-batch over all ranks: the global value is the sum.
-SHARE_KEYS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "critic/value_loss"})
+SHARE_KEYS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "actor/kl_k1",
+                        "critic/value_loss"})
 # Counts and rates that add up over ranks.
 SUM_KEYS = frozenset({"reward/skipped_groups", "groups/dropped_zero_std", "throughput/tokens_per_s"})
 # The slowest rank sets the pace; the most rounds any rank needed.
-MAX_KEYS = frozenset({"groups/gen_rounds"})
+MAX_KEYS = frozenset({"groups/gen_rounds", "memory/rss_gb", "memory/allocated_gb", "memory/peak_gb"})
 
 
 def reduction_for(key: str) -> str:
@@ -184,7 +186,8 @@ def sample_rows(batch: RolloutBatch, limit: int = 4) -> list[dict]:
     """A few (prompt, response, reward, advantage) rows for VisualDL text and samples.jsonl."""
     rows = []
     for i in range(min(limit, len(batch))):
-        row = {"prompt": batch.prompt_texts[i], "response": batch.response_texts[i], "reward": float(batch.scores[i])}
+        row = {"question": question_text(batch.records[i], batch.prompt_texts[i]), "prompt": batch.prompt_texts[i],
+               "response": batch.response_texts[i], "reward": float(batch.scores[i])}
         if batch.advantages is not None:
             row["advantage"] = float(batch.advantages[i][batch.response_mask[i] > 0][:1].sum())
         row.update({f"reward/{k}": float(v[i]) for k, v in batch.reward_terms.items()})

@@ -23,8 +23,8 @@ from ppokit.engine import all_reduce_sum, backward_and_step
 from ppokit.training.batch import RolloutBatch
 
 # Metrics that are a micro-batch's share of its mini-batch's value: summed per optimizer step.
-SHARE_METRICS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "critic/value_loss",
-                           "actor/positive_lm_loss"})
+SHARE_METRICS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "actor/kl_k1",
+                           "critic/value_loss", "actor/positive_lm_loss"})
 
 
 @dataclass(frozen=True)

@@ -113,9 +113,6 @@ BAD = [
     ({"global_batch_size": 8, "rollout_n": 2, "per_device_train_batch_size": 3}, 1,
      "global_mini_batch_size x rollout_n / world_size = 8 x 2 / 1 = 16 sequences per rank per optimizer step, "
      "which per_device_train_batch_size=3 must divide; choose a micro-batch that divides 16"),
-    ({"global_batch_size": 8, "rollout_n": 2, "per_device_train_batch_size": 32}, 1,
-     "global_mini_batch_size x rollout_n / world_size = 8 x 2 / 1 = 16 sequences per rank per optimizer step, "
-     "which per_device_train_batch_size=32 must divide; choose a micro-batch that divides 16"),
     ({"global_batch_size": 8, "global_gen_batch_size": 12, "dynamic_sampling": True}, 8,
      "global_gen_batch_size=12 prompts cannot be split over 8 ranks; make it a multiple of 8"),
     ({"global_batch_size": 8, "global_gen_batch_size": 4, "dynamic_sampling": True}, 1,
@@ -150,3 +147,28 @@ def test_divisibility_errors_explain_the_numbers(overrides, world, message):
 def test_world_size_must_be_positive():
     with pytest.raises(ConfigError, match="world_size must be at least 1, got 0."):
         batch_plan(load_arguments(), 0)
+
+
+def test_a_micro_batch_larger_than_a_rank_has_is_capped_with_a_note():
+    args = load_arguments(overrides={"global_batch_size": 8, "rollout_n": 2, "per_device_train_batch_size": 32})
+    plan = batch_plan(args, 1)
+    assert (plan.micro_batch_size, plan.gradient_accumulation_steps) == (16, 1)  # 8 x 2 sequences on one rank
+    assert plan.notes == ("per_device_train_batch_size=32 is more than the 16 sequences each of 1 ranks has per "
+                          "optimizer step; micro-batches of 16 are used",)
+    assert batch_plan(args, 4).micro_batch_size == 4 and batch_plan(args, 4).gradient_accumulation_steps == 1
+    fits = load_arguments(overrides={"global_batch_size": 8, "rollout_n": 2, "per_device_train_batch_size": 8})
+    assert batch_plan(fits, 1).notes == () and batch_plan(fits, 1).gradient_accumulation_steps == 2
+
+
+SHIPPED = sorted(p for p in (Path(__file__).resolve().parents[2] / "config").rglob("*") if p.suffix in
+                 (".json", ".yaml"))
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+@pytest.mark.parametrize("config", SHIPPED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_shipped_config_runs_unchanged_on_1_2_4_and_8_ranks(config, world):
+    args = load_arguments(str(config))
+    plan = batch_plan(args, world)
+    assert plan.prompts_per_rank * world == plan.prompts_per_step  # whole groups on every rank
+    assert plan.micro_batch_size * plan.gradient_accumulation_steps == plan.mini_batch_sequences_per_rank
+    assert plan.micro_batch_size <= args.per_device_train_batch_size

@@ -85,8 +85,8 @@ def test_parse_cli_print_config_in_process(capsys):
         parse_cli([GRPO, "--max_steps", "10", "--print_config"])
     assert info.value.code == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["max_steps"] == 10 and out["rollout_n"] == 8 and out["learning_rate"] == 2e-5
-    assert out["derived"]["total_prompts"] == 40 and out["derived"]["gradient_accumulation_steps"] == 2
+    assert out["max_steps"] == 10 and out["rollout_n"] == 4 and out["learning_rate"] == 2e-5
+    assert out["derived"]["total_prompts"] == 80 and out["derived"]["gradient_accumulation_steps"] == 2
     assert out["notes"] == ["KL to the reference model is off (kl_loss_coeff=0): no reference model is needed."]
 
 

@@ -112,6 +112,10 @@ def test_cli_task_uses_the_test_split_and_prints_a_table(tiny_model_dir, tmp_pat
         lines[2].split() == ["task", "prompts", "mean@2", "pass@1", "pass@2", "maj@2", "accuracy"]
     assert lines[3].split()[:2] == ["all", "3"]
     assert "--- reward" in out.stdout
+    sample = out.stdout[out.stdout.index("--- reward"):].splitlines()
+    first = json.loads((tmp_path / "data" / "arithmetic" / "test.jsonl").read_text().splitlines()[0])
+    assert f"expected {first['tgt'][0]}" in sample[0]  # the question and its expected answer, not the template
+    assert sample[1].startswith("Q: What is") and "im_start" not in sample[1] and sample[2].startswith("A: ")
     assert (tmp_path / "data" / "arithmetic" / "test.jsonl").is_file()
 
 

@@ -91,16 +91,33 @@ def test_grpo_step_by_step(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
     assert re.search(r"^eval/pass@4\s+\d\.\d{3}$", evaluated, re.M) and "eval/prompts     4.000" in evaluated
     assert "metrics.jsonl: 3 step rows, 1 eval row" in output(nb, "import json")
     (show,) = [c for c in nb.cells if c.cell_type == "code" and c.source == "s.show(batch)"]
-    assert "<table" in show.outputs[0].data["text/html"]  # a static copy for viewers without widgets
+    table = show.outputs[-1].data  # a plain HTML output next to the sort controls: no widget needed
+    assert "application/vnd.jupyter.widget-view+json" not in table and "reward/rule" in table["text/html"]
+    assert "What is" in table["text/plain"] and "im_start" not in table["text/plain"]  # the question
     states = widgets(nb)
-    tables = [w["value"] for w in states if w.get("_model_name") == "HTMLModel" and "<table" in w.get("value", "")]
-    assert tables and "reward/rule" in tables[0] and "advantage" in tables[0]  # s.show(batch)
     labels = [w["value"] for w in states if w.get("_model_name") == "LabelModel"]
     assert any(v.startswith("step 3/3 | reward") and v.endswith("(done)") for v in labels)  # the live view
     bars = [w for w in states if w.get("_model_name") == "IntProgressModel" and w.get("description") == "train"]
     assert bars and bars[0]["value"] == 3 and bars[0]["max"] == 3
     charts = [w["value"] for w in states if w.get("_model_name") == "HTMLModel" and "<svg" in w.get("value", "")]
     assert charts and charts[-1].count("<svg") == 3 and "actor/kl" in charts[-1]
+    (train,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("history = s.train()")]
+    snapshot = [o.data for o in train.outputs if o.output_type == "display_data"]
+    assert [sorted(d) for d in snapshot] == [["text/html", "text/plain"]]  # the widget became static HTML
+    assert snapshot[0]["text/html"].count("<svg") == 3 and snapshot[0]["text/plain"].endswith("(done)")
+    assert_static_html_export(nb)
+
+
+def assert_static_html_export(nb) -> None:
+    """`jupyter nbconvert --to html`: the charts and the table are in the page without any widget script."""
+    from nbconvert import HTMLExporter
+
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    page = re.sub(r'<script type="application/vnd\.jupyter\.widget-(state|view)\+json">.*?</script>', "", page,
+                  flags=re.S)  # what needs JavaScript (and a CDN) to show is left out
+    charts = re.findall(r"<svg[^>]*>", page)
+    assert sum('aria-label="reward"' in c for c in charts) == 1 and len(charts) >= 3, charts  # train()'s charts
+    assert len(re.findall(r"<table class=.ppokit-batch", page)) == 1 and "reward/rule" in page  # s.show(batch)
 
 
 def test_reward_server(tiny_model_dir, tmp_path, kernel_path, monkeypatch):

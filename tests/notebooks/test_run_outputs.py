@@ -39,13 +39,14 @@ def test_visualdl_has_reward_curve_eval_scalars_sample_texts_and_hparams(tiny_ru
 
     (record_file,) = [p for p in tiny_run.vdl.iterdir() if "vdlrecords" in p.name]
     reader = LogReader(file_path=str(record_file))
-    reward = [(r.id, r.value) for r in reader.get_data("scalar", "reward/mean")]
+    reward = [(r.id, r.value) for r in reader.get_data("scalar", "train/reward/mean")]
     expected = [(r["step"], r["reward/mean"]) for r in rows(tiny_run.out / "metrics.jsonl") if "reward/mean" in r]
     assert [s for s, _ in reward] == [1, 2, 3, 4]
     assert [round(v, 5) for _, v in reward] == [round(v, 5) for _, v in expected]
-    assert [r.id for r in reader.get_data("scalar", "eval/pass@2")] == [2, 4]
-    texts = reader.get_data("text", "samples")
-    assert [t.id for t in texts] == [1, 2, 3, 4] and "*response*" in texts[0].text.encoded_text_string
+    assert [r.id for r in reader.get_data("scalar", "train/eval/pass@2")] == [2, 4]
+    texts = reader.get_data("text", "samples/1")  # one tag per sample, one line each: facts, question, answer
+    assert [t.id for t in texts] == [1, 2, 3, 4]
+    assert " · Q: What is" in texts[0].text.encoded_text_string and " · A: " in texts[0].text.encoded_text_string
     (hparams,) = reader.get_data("hyper_parameters", "hparam")
     names = {h.name for h in hparams.hparam.hparamInfos}
     assert {"learning_rate", "rollout_n", "max_steps", "rl_algorithm"} <= names

@@ -32,12 +32,16 @@ def api(board: str, route: str, **params):
 def test_visualdl_serves_the_reward_curve_eval_metrics_and_samples(board, tiny_run):
     (run,) = api(board, "runs")
     tags = api(board, "scalar/tags")["tags"][0]
-    assert {"reward/mean", "actor/kl", "response_length/mean", "eval/pass@2", "eval/accuracy"} <= set(tags)
-    points = api(board, "scalar/list", run=run, tag="reward/mean")  # [wall time ms, step, value]
+    assert {"train/reward/mean", "train/actor/kl", "train/response_length/mean", "train/eval/pass@2",
+            "train/eval/accuracy"} <= set(tags)
+    assert {t.split("/")[0] for t in tags} == {"train"}  # one group: VisualDL sorts groups by name, opens the first
+    assert tags[:2] == ["train/reward/mean", "train/reward/std"]  # and the reward is its first chart
+    assert run == tiny_run.out.name  # named by the output folder, not by an absolute path
+    points = api(board, "scalar/list", run=run, tag="train/reward/mean")  # [wall time ms, step, value]
     logged = [json.loads(line) for line in (tiny_run.out / "metrics.jsonl").read_text().splitlines()]
     expected = [(r["step"], r["reward/mean"]) for r in logged if "reward/mean" in r]
     assert [(step, pytest.approx(value, abs=1e-6)) for _, step, value in points] == expected
-    assert api(board, "text/tags")["tags"][0] == ["samples"]
+    assert api(board, "text/tags")["tags"][0] == ["samples/1", "samples/2", "samples/3", "samples/4"]
 
 
 def curve_pixels(image, box) -> int:
@@ -60,7 +64,7 @@ def test_the_reward_curve_is_drawn_in_a_browser(board, tmp_path):
         wait_for(lambda: page.js("document.querySelectorAll('canvas').length"), "VisualDL's first charts")
 
         def search():
-            typed = page.js(SEARCH_TAGS % json.dumps("^reward/mean$"))
+            typed = page.js(SEARCH_TAGS % json.dumps("^train/reward/mean$"))
             return typed and page.js("document.body.innerText.includes('Search Result')")
 
         wait_for(search, "the tag search to show reward/mean", every=1.0)

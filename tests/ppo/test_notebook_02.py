@@ -17,11 +17,13 @@ def cell_text(cell) -> str:
 
 
 @pytest.fixture(scope="module")
-def executed(tiny_model_dir):
+def executed(tiny_model_dir, tmp_path_factory):
     from nbclient import NotebookClient
 
     mp = pytest.MonkeyPatch()
     mp.setenv("PPOKIT_NOTEBOOK_MODEL", tiny_model_dir)  # the kernel inherits the environment
+    out = tmp_path_factory.mktemp("notebook02")
+    mp.setenv("PPOKIT_NOTEBOOK_OUTPUT", str(out))  # the notebook writes under output/notebook02 unless told
     # An earlier in-process Session set the single-process group's variables; the kernel must pick its own.
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         mp.delenv(key, raising=False)
@@ -31,7 +33,14 @@ def executed(tiny_model_dir):
                        resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
     finally:
         mp.undo()
+    nb.out_dir = out
     return nb
+
+
+def test_the_run_is_written_where_the_notebook_says(executed):
+    assert (executed.out_dir / "metrics.jsonl").is_file()  # two step() rows
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert 'ROOT / "output" / "notebook02"' in nb.cells[2].source  # not a temporary folder
 
 
 def test_first_cell_says_what_the_notebook_shows():

@@ -57,6 +57,7 @@ def test_vllm_sampling_maps_one_to_one():
 @pytest.mark.skipif(vllm_available(), reason="vLLM is installed: the fallback is not taken")
 def test_fusemt_without_vllm_falls_back_to_hf_once(caplog, monkeypatch):
     monkeypatch.setattr(rollout, "_noted", set())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # on a GPU machine the fast path is asked for
     tok = tiny_tokenizer()
     model = tiny_causal_lm(tok)
     with caplog.at_level(logging.WARNING, logger="ppokit"):
@@ -65,6 +66,15 @@ def test_fusemt_without_vllm_falls_back_to_hf_once(caplog, monkeypatch):
     assert isinstance(first, HFRolloutEngine) and isinstance(second, HFRolloutEngine)
     notes = [r.getMessage() for r in caplog.records]
     assert notes == ["use_fusemt asked for the fast path but vLLM is not installed; using the hf engine"]
+
+
+def test_fusemt_on_a_cpu_asks_for_no_fast_path(caplog, monkeypatch):
+    monkeypatch.setattr(rollout, "_noted", set())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    tok = tiny_tokenizer()
+    with caplog.at_level(logging.WARNING, logger="ppokit"):
+        engine = make_rollout_engine(None, True, tiny_causal_lm(tok), tok, model_path="unused")
+    assert isinstance(engine, HFRolloutEngine) and not caplog.records  # the default config stays quiet on a CPU
 
 
 def test_hf_engine_choice_and_generation_dtype(caplog):

@@ -45,10 +45,11 @@ def test_disabled_progress_prints_nothing(capsys):
 
 
 def test_samples_markdown_indents_text_and_limits_count():
-    rows = [{"prompt": "a\nb", "response": "```x", "reward": 1.0, "task": "kk"}] * 5
+    rows = [{"question": "a\nb", "prompt": "<|im_start|>user\na\nb", "response": "```x", "reward": 1.0,
+             "task": "kk"}] * 5
     text = render_samples_markdown(9, rows, shown=2)
     assert text.startswith("**step 9** · showing 2 of 5 samples")
-    assert "    a\n    b" in text and "    ```x" in text
+    assert "    a\n    b" in text and "    ```x" in text and "im_start" not in text  # the question, not the template
     assert text.count("**#") == 2 and "reward **1**" in text and "task kk" in text
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -150,3 +151,44 @@ def test_module_entry_point(tmp_path):
         [sys.executable, "-m", "ppokit.tracking.report", str(tmp_path)], capture_output=True, text=True
     )
     assert failed.returncode == 2 and "metrics.jsonl" in failed.stderr
+
+
+def test_flat_kl_gets_a_note_counts_leave_the_reward_functions_and_the_band_stays_in_range(tmp_path):
+    from ppokit.tracking.report import KL_OFF_NOTE
+
+    rows = [{"step": s, "reward/mean": 0.5, "reward/std": 0.6, "reward/min": 0.0, "reward/max": 1.0,
+             "reward/rule": 0.5, "reward/raw_mean": 0.5, "reward/skipped_groups": 3.0, "actor/approx_kl": 0.0}
+            for s in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = build_report(tmp_path).read_text()
+    assert html.escape(KL_OFF_NOTE) in page
+    functions = page[page.index('aria-label="Reward by function"'):]
+    functions = functions[: functions.index("</svg>")]
+    assert "reward/rule" in functions and "skipped_groups" not in functions and "raw_mean" not in functions
+    assert "<td>reward/skipped_groups</td>" in page  # the count is listed with the other metrics
+    by_step = page[page.index('aria-label="Reward by step"'):]
+    by_step = by_step[: by_step.index("</svg>")]
+    ticks = re.findall(r'text-anchor="middle">([^<]+)</text>', by_step)
+    assert ticks[:3] == ["1", "2", "3"]  # whole steps only
+    grid = dict(zip(re.findall(r'text-anchor="end">([^<]+)</text>', by_step),
+                    (float(y) for y in re.findall(r'<line x1="64" y1="([\d.]+)"', by_step))))
+    band = [float(y) for y in re.findall(r",([\d.]+)", re.search(r'<polygon points="([^"]+)"', by_step).group(1))]
+    assert grid["1"] - 0.1 <= min(band) and max(band) <= grid["0"] + 0.1  # mean ± std clipped to the rewards [0, 1]
+
+
+def test_the_band_is_clipped_to_each_steps_reward_range():
+    from ppokit.tracking.svg import std_band
+
+    lo, hi = std_band([0.5, 0.9, None], [0.6, 0.3, 0.1], [0.0, 0.5, None], [1.0, 1.0, None])
+    assert lo == [0.0, pytest.approx(0.6)] + [None] and hi == [1.0, 1.0, None]
+
+
+def test_samples_show_the_question_with_the_full_prompt_folded(tmp_path):
+    chatml = "<|im_start|>system\nYou are SmolLM<|im_end|>\n<|im_start|>user\nWhat is 3 + 4?<|im_end|>\n"
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 1.0}) + "\n")
+    (tmp_path / "samples.jsonl").write_text(json.dumps(
+        {"step": 1, "question": "What is 3 + 4?", "prompt": chatml, "response": "7", "reward": 1.0}) + "\n")
+    page = build_report(tmp_path).read_text()
+    sample = page[page.index('<div class="sample">'):]
+    assert sample.index("<pre>What is 3 + 4?</pre>") < sample.index("<details><summary>full prompt</summary>")
+    assert sample.index("<summary>full prompt</summary>") < sample.index("You are SmolLM")  # folded, one click away

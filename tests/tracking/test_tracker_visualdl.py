@@ -35,14 +35,17 @@ def test_scalars_are_readable_before_close(dirs):
 
 def test_samples_become_visualdl_text(dirs):
     out, vdl = dirs
-    rows = [{"prompt": f"question {i}", "response": f"answer {i}", "reward": i / 10} for i in range(6)]
+    chatml = "<|im_start|>system\nYou are SmolLM<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+    rows = [{"question": f"question {i}?", "prompt": chatml.format(f"question {i}?"), "response": f"answer\n{i}",
+             "reward": i / 10, "reward/rule": i / 10} for i in range(6)]
     with Tracker(out, logging_dir=vdl) as t:
         t.log_samples(7, rows)
-    records = read_vdl(vdl_files(vdl)[0]).get_data("text", "samples")
-    assert [r.id for r in records] == [7]
-    text = records[0].text.encoded_text_string
-    assert "showing 4 of 6 samples" in text
-    assert "    question 3" in text and "    answer 3" in text and "question 4" not in text
+    reader = read_vdl(vdl_files(vdl)[0])
+    texts = [reader.get_data("text", f"samples/{i}") for i in (1, 2, 3, 4)]  # one tag per sample, 4 shown
+    assert [[r.id for r in records] for records in texts] == [[7]] * 4
+    fourth = texts[3][0].text.encoded_text_string  # VisualDL folds newlines: one line, facts first
+    assert fourth == "reward 0.3 · reward/rule 0.3 · Q: question 3? · A: answer 3"
+    assert "samples/5" not in reader.tags().get("text", [])
 
 
 def test_hparams_keep_only_scalar_entries(dirs):
@@ -56,7 +59,7 @@ def test_hparams_keep_only_scalar_entries(dirs):
     assert set(infos) == {"learning_rate", "max_steps", "rl_algorithm"}
     assert infos["learning_rate"].float_value == pytest.approx(1e-6)
     assert infos["max_steps"].int_value == 20 and infos["rl_algorithm"].string_value == "grpo"
-    assert "reward/mean" in [m.name for m in record.hparam.metricInfos]
+    assert "train/reward/mean" in [m.name for m in record.hparam.metricInfos]
 
 
 def test_resume_carries_visualdl_history_into_the_new_file(dirs):
@@ -72,14 +75,14 @@ def test_resume_carries_visualdl_history_into_the_new_file(dirs):
     files = vdl_files(vdl)
     assert len(files) == 2 and str(files[-1]) == new_file  # VisualDL shows the newest file
     assert vdl_scalars(files[-1], "reward/mean") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
-    texts = read_vdl(files[-1]).get_data("text", "samples")
+    texts = read_vdl(files[-1]).get_data("text", "samples/1")
     assert [r.id for r in texts] == [2] and "early" in texts[0].text.encoded_text_string
     # what `visualdl --logdir` serves: the newest file of the run directory
     from visualdl import LogReader
 
     server_view = LogReader(logdir=str(vdl))
     assert server_view.logs() == {str(vdl): files[-1].name}
-    served = server_view.get_log_data("scalar", str(vdl), "reward%mean")  # VisualDL's internal tag form
+    served = server_view.get_log_data("scalar", str(vdl), "train%reward%mean")  # VisualDL's internal tag form
     assert [(step, value) for step, _, _, value in served] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
 
 

@@ -19,7 +19,7 @@ def read_vdl(path: Path):
 
 def vdl_scalars(path: Path, tag: str) -> list[tuple[int, float]]:
     """(step, value) pairs of a scalar tag in a record file."""
-    return [(rec.id, rec.value) for rec in read_vdl(path).get_data("scalar", tag)]
+    return [(rec.id, rec.value) for rec in read_vdl(path).get_data("scalar", "train/" + tag)]  # VisualDL: train/*
 
 
 def jsonl_rows(path: Path) -> list[dict]:

@@ -99,3 +99,23 @@ def test_four_steps_equal_train_max_steps_four(tiny_model_path, prompts_file, tm
     b.train()
     pa, pb = params(a), params(b)
     assert all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
+def test_actor_kl_is_the_non_negative_k3_estimate_and_k1_keeps_its_own_name(tiny_model_path, prompts_file, tmp_path):
+    from ppokit.training.forward import batched_logprobs
+
+    s = make(tiny_model_path, prompts_file, tmp_path, kl_loss_coeff=0.1, learning_rate=5e-2, reward=distinct_chars)
+    s.step()  # the actor moves away from the reference
+    batch = s.rollout()
+    s.score(batch)
+    s.compute_advantages(batch)
+    p = s.state.policy
+    logp = batched_logprobs(p.engine.module, batch, 64, s.args.chunk_size, p.compute_dtype, p.device,
+                            batch.temperature)
+    d, mask = logp - batch.ref_logprobs, batch.response_mask
+    stats = s.update(batch)
+    tokens = float(mask.sum())
+    k3 = float(((torch.exp(-d) + d - 1) * mask).sum()) / tokens  # by hand: e^-d + d - 1 per token
+    assert stats["actor/kl"] == pytest.approx(k3, rel=1e-3, abs=1e-6) and stats["actor/kl"] >= 0
+    assert stats["actor/kl_k1"] == pytest.approx(float((d * mask).sum()) / tokens, rel=1e-3, abs=1e-6)
+    assert "kl/beta" not in s.step()  # GRPO has no KL in the reward: no beta to show

@@ -35,10 +35,10 @@ def displayed(monkeypatch):
         def __init__(self, obj):
             self.objects = [obj]
 
-        def update(self, obj):
+        def update(self, obj, raw=False):
             self.objects.append(obj)
 
-    def fake_display(obj, display_id=None):
+    def fake_display(obj, display_id=None, raw=False):
         shown.append(obj)
         return Handle(obj) if display_id else None
 
@@ -54,12 +54,30 @@ def order_in(html: str, texts: list[str]) -> list[str]:
 def test_rows_hold_prompt_response_rewards_advantage_length(batch):
     rows = widgets.batch_rows(batch)
     assert list(rows[0]) == ["#", "group", "prompt", "response", "reward", "reward/rule", "reward/style",
-                             "advantage", "length"]
+                             "advantage", "length", "rendered prompt"]
     assert [r["group"] for r in rows] == [0, 0, 1, 1]
     assert [r["length"] for r in rows] == [1, 3, 5, 2]
     assert rows[2]["advantage"] == pytest.approx(1.2)  # mean over the 5 response tokens, padding ignored
     assert rows[3]["advantage"] == pytest.approx(-1.0)
     assert rows[1]["reward/rule"] == 0.0 and rows[0]["prompt"] == "question 0"
+
+
+CHATML = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+          "<|im_start|>user\nWhat is 12 + 30?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_prompts_show_the_question_with_the_full_prompt_one_click_away(batch, monkeypatch):
+    batch.prompt_texts = [CHATML] * len(batch)
+    batch.records = [{"prompt": CHATML}] * len(batch)
+    rows = widgets.batch_rows(batch)
+    assert rows[0]["prompt"] == "What is 12 + 30?" and rows[0]["rendered prompt"] == CHATML
+    page = widgets.show_batch(batch)._repr_html_()
+    assert page.count("<summary style='color:#777'>full prompt</summary>") == 4 and "named SmolLM" in page
+    text = str(widgets.show_batch(batch)).splitlines()
+    assert "What is 12 + 30?" in text[1] and "im_start" not in "".join(text)  # text mode: the question
+    assert text[0].split()[:2] == ["#", "group"] and "rendered" not in text[0]
+    header = page[: page.index("</tr>")]
+    assert "padding:3px 8px" in header and header.index(">#<") < header.index(">group<")  # spaced columns
 
 
 def test_rows_before_scoring_have_no_reward_or_advantage():
@@ -94,18 +112,24 @@ def test_outside_a_notebook_the_table_prints_as_text(batch, monkeypatch):
     assert "<table" in table._repr_html_()  # a notebook without ipywidgets renders it as HTML
 
 
-def test_in_a_notebook_the_widget_resorts_when_the_controls_change(batch, monkeypatch):
+def test_in_a_notebook_the_controls_redraw_a_static_html_table(batch, monkeypatch, displayed):
     pytest.importorskip("ipywidgets")
     monkeypatch.setattr(widgets, "in_notebook", lambda: True)
-    view = widgets.show_batch(batch)
-    assert view.sort.value == "reward" and "length" in view.sort.options and "#" not in view.sort.options
-    assert order_in(view.table.value, [">7<", "&lt;b&gt;8"]) == [">7<", "&lt;b&gt;8"]
-    view.sort.value = "length"
-    assert order_in(view.table.value, [LONG[:40], "&lt;b&gt;8", ">nine<", ">7<"])[0] == LONG[:40]
-    view.order.value = "ascending"
-    assert order_in(view.table.value, [LONG[:40], ">7<"]) == [">7<", LONG[:40]]
-    bundle = view._repr_mimebundle_()  # what the notebook stores: the widget and a static copy
-    assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["text/html"] == view.table.value
+    table = widgets.show_batch(batch)
+    table._ipython_display_()
+    controls, static = displayed  # the controls widget, then the table as a plain HTML output
+    assert set(static) == {"text/html", "text/plain"} and order_in(static["text/html"], [">7<", "&lt;b&gt;8"]) \
+        == [">7<", "&lt;b&gt;8"]
+    assert controls.sort.value == "reward" and "length" in controls.sort.options
+    assert "#" not in controls.sort.options and "group" not in controls.sort.options
+    controls.sort.value = "length"
+    latest = table.handle.objects[-1]["text/html"]
+    assert order_in(latest, [LONG[:40], "&lt;b&gt;8", ">nine<", ">7<"])[0] == LONG[:40]
+    controls.order.value = "ascending"
+    latest = table.handle.objects[-1]["text/html"]
+    assert order_in(latest, [LONG[:40], ">7<"]) == [">7<", LONG[:40]]
+    bundle = controls._repr_mimebundle_()  # reopened without a kernel: a sentence, not `HBox(children=...`
+    assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["text/plain"].startswith("(sort")
 
 
 def test_without_ipywidgets_the_notebook_gets_an_html_table(batch, monkeypatch):
@@ -140,6 +164,9 @@ def test_live_view_shows_progress_reward_and_charts(displayed):
     view.close()
     assert view.label.value.endswith("(done)") and view.bar.bar_style == "success"
     assert [s for s, _ in view.state.history] == [1, 2, 3]
+    static = view.handle.objects[-1]  # the widget is replaced by a static copy that survives saving
+    assert static["text/html"].count("<svg") == 3 and "<progress value='3' max='3'" in static["text/html"]
+    assert static["text/plain"].endswith("(done)")
 
 
 def test_live_chart_falls_back_to_the_policy_drift_when_there_is_no_kl_term():

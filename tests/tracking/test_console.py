@@ -1,0 +1,135 @@
+"""The console a person sees: set-up stages, per-step lines apart from the bar, memory, the end summary."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ppokit.engine.quiet import captured_native_output
+from ppokit.tasks import get
+from ppokit.tracking import console, format_summary
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_stage_says_what_before_and_how_long_after(capsys):
+    with console.stage("loading tiny-model"):
+        pass
+    lines = capsys.readouterr().err.splitlines()  # not a terminal: the finished line follows the first
+    assert lines[0] == "ppokit: loading tiny-model…"
+    assert re.fullmatch(r"ppokit: loading tiny-model… \d+\.\d s", lines[1])
+    with pytest.raises(KeyError), console.stage("building the engine"):
+        raise KeyError("x")
+    assert re.search(r"building the engine… failed after \d+\.\d s", capsys.readouterr().err)
+
+
+def test_quiet_ranks_say_nothing(capsys):
+    console.set_quiet(True)
+    try:
+        console.say("hello")
+        with console.stage("loading"):
+            pass
+    finally:
+        console.set_quiet(False)
+    assert capsys.readouterr().err == ""
+
+
+def test_native_output_is_captured_and_logged_at_debug(caplog, capfd):
+    with caplog.at_level(logging.DEBUG, logger="ppokit"), captured_native_output("a probe"):
+        subprocess.run(["sh", "-c", "echo '/usr/bin/ld: cannot find -laio' >&2; echo built"], check=True)
+        print("python print")
+    assert "laio" not in capfd.readouterr().err
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "a probe wrote:" in logged and "/usr/bin/ld: cannot find -laio" in logged and "built" in logged
+
+
+def test_memory_metrics_report_this_process():
+    memory = console.memory_metrics()
+    assert 0.01 < memory["memory/rss_gb"] < 1024  # a Python process with torch loaded holds tens of MB at least
+
+
+def test_summary_line_shows_throughput_and_memory():
+    line = format_summary(3, {"reward/mean": 0.5, "timing/step_s": 2.0, "throughput/tokens_per_s": 310.4,
+                              "memory/rss_gb": 1.414}, total=4)
+    assert line == "step 3/4 | reward 0.5 | 2.0s/step | 310 tok/s | mem 1.41 GB"
+
+
+def test_run_summary_reward_first_ten_to_last_ten(tmp_path):
+    history = [{"step": i + 1, "reward/mean": 0.0 if i < 10 else 1.0} for i in range(25)]
+    history[-1]["eval/accuracy"] = 0.5
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "checkpoint-10").mkdir()
+    (tmp_path / "checkpoint-20").mkdir()
+    text = console.run_summary(history, tmp_path, 125.0, logging_dir="vdl_log", visualdl=True,
+                               eval_data="data/arithmetic/test.jsonl")
+    lines = text.splitlines()
+    assert lines[0] == "done: 25 steps in 2 min 05 s (5.0 s/step)"
+    assert lines[1] == "reward 0 (first 10 steps) → 1 (last 10 steps)"  # hand-computed: steps 1-10 and 16-25
+    assert lines[2] == "eval accuracy 0.5 (first step) → 0.5 (last step)"
+    assert "checkpoint-10, checkpoint-20" in text and f"final model: {tmp_path}/" in text
+    assert lines[-3:] == ["    visualdl --logdir vdl_log", f"    python -m ppokit.tracking.report {tmp_path}",
+                          f"    python -m ppokit.eval --model {tmp_path} --data data/arithmetic/test.jsonl --n 4"]
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tiny_model_dir, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("console-run")
+    rows = get("arithmetic").generate(12, seed=3)
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = dict(json.loads((REPO / "config" / "grpo_argument.json").read_text()),
+                  actor_model_name_or_path=tiny_model_dir, train_datasets=str(root / "train.jsonl"),
+                  eval_datasets=None, do_eval=False, evaluation_strategy="no", global_batch_size=2, rollout_n=2, global_mini_batch_size=2,
+                  max_dec_len=6, max_steps=2, save_steps=1, output_dir=str(root / "out"),
+                  logging_dir=str(root / "vdl"))
+    path = root / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env_keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_ACCELERATOR")
+    env = {k: v for k, v in os.environ.items() if k not in env_keys}
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+STEP_LINE = re.compile(r"^ppokit: step (\d)/2 \| reward \S+ \| len \S+ .*s/step \| \d+ tok/s \| mem \d+\.\d\d GB$")
+
+
+def test_cli_console_from_start_to_end(tiny_config):
+    done = run([sys.executable, str(REPO / "run_ppo.py"), str(tiny_config)], tiny_config.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    err = done.stderr
+    for noise in ("-laio", "collect2", "Setting accelerator", "DeepSpeed config", "use_fusemt", "built successfully"):
+        assert noise not in err + done.stdout, noise  # DeepSpeed's probes and config are not the user's business
+    lines = [line.rsplit("\r", 1)[-1] for line in err.splitlines()]
+    stages = [line for line in lines if re.fullmatch(r"ppokit: .+… \d+\.\d s", line)]
+    model = json.loads(tiny_config.read_text())["actor_model_name_or_path"]
+    assert [s.split("…")[0] for s in stages] == [
+        "ppokit: starting the process group (DeepSpeed)", f"ppokit: loading {model}",
+        "ppokit: building the DeepSpeed engine (ZeRO stage 0, cpu)", "ppokit: reading the prompts"]
+    steps = [line for line in lines if "ppokit: step" in line]  # after the bar's "\r" clear: own lines
+    assert len(steps) == 2 and all(STEP_LINE.match(line) for line in steps), steps  # never glued to the bar
+    summary = err[err.index("ppokit: done: 2 steps in"):].splitlines()
+    assert summary[1].startswith("ppokit: reward ") and "(first step) →" in summary[1]
+    assert any(line.startswith("ppokit: checkpoints: checkpoint-2 in ") for line in summary)  # save_total_limit: 1
+    assert summary[-2:][0].strip().startswith("ppokit:     python -m ppokit.tracking.report")
+    rows = [json.loads(line) for line in (tiny_config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["memory/rss_gb"] > 0 for r in rows if "reward/mean" in r)  # memory is logged, not only shown
+
+
+def test_plain_python_train_prints_the_same_step_lines(tiny_config):
+    code = ("from ppokit import Session\n"
+            f"Session.from_json({str(tiny_config)!r}, output_dir='out2', save_strategy='no').train()\n")
+    done = run([sys.executable, "-c", code], tiny_config.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line.rsplit("\r", 1)[-1] for line in done.stderr.splitlines()]
+    steps = [line for line in lines if "ppokit: step" in line]
+    assert len(steps) == 2 and all(STEP_LINE.match(line) for line in steps), done.stderr[-2000:]
+    assert "ppokit: done: 2 steps in" in done.stderr
