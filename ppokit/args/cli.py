@@ -67,12 +67,6 @@ def _ensure_log_handler() -> None:
         logger.setLevel(logging.INFO)
 
 
-def apply_log_level(args: Arguments) -> None:
-    """`log_level`: debug shows DeepSpeed's config and start-up output; passive (the default) means info."""
-    level = "INFO" if args.log_level == "passive" else args.log_level.upper()
-    logging.getLogger("ppokit").setLevel(level)
-
-
 def parse_cli(argv: list[str]) -> Arguments:
     """Parse ``CONFIG [--key value ...]``: --help prints usage and exits 0, --print_config prints the
     resolved arguments as JSON and exits 0, a user mistake prints its message to stderr and exits 2."""
@@ -96,7 +90,6 @@ def parse_cli(argv: list[str]) -> Arguments:
     if "print_config" in keys:
         print(text)
         sys.exit(0)
-    apply_log_level(args)
     return args
 
 

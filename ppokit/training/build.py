@@ -204,6 +204,8 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     from ppokit.rollout import make_rollout_engine
 
     check_hub_datasets(args)  # before minutes of model loading
+    # log_level: debug shows DeepSpeed's config and start-up output; passive (the default) means info
+    logger.setLevel("INFO" if args.log_level == "passive" else args.log_level.upper())
     with stage("starting the process group (DeepSpeed)"):
         dist = init_distributed()
     quiet_other_ranks(dist.rank)  # only rank 0 prints ppokit's info lines
