@@ -96,7 +96,7 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
     x = logits.float() / temperature
     x = mask_top_k(x, top_k)
     x = mask_top_p(x, top_p)
-    cdf = torch.softmax(x, dim=-1, dtype=torch.float64).cumsum(-1)
+    cdf = torch.softmax(x, dim=-1).double().cumsum(-1)  # float64 sum: no drift over a 150k vocabulary
     u = torch.rand(x.shape[0], 1, dtype=torch.float64, device=x.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_max(x.shape[1] - 1)
 
