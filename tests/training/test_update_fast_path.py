@@ -8,10 +8,12 @@ from ppokit.algos.logprobs import entropy_from_logits, token_logprobs
 from ppokit.algos.policy_loss import POLICY_LOSSES
 from ppokit.algos.reduce import reduce_loss
 from ppokit.args import load_arguments
+from ppokit.models.loading import autocast_context
 from ppokit.testing import tiny_causal_lm, tiny_tokenizer
-from ppokit.training.actor import global_denominators, length_sorted_chunks, micro_loss
+from ppokit.training.actor import actor_loss
 from ppokit.training.batch import build_batch
-from ppokit.training.forward import autocast, response_logits
+from ppokit.training.forward import response_logits
+from ppokit.training.update import LossConfig, length_sorted_chunks, minibatch_denominators
 
 
 def make_batch(tok):
@@ -29,7 +31,7 @@ def make_batch(tok):
 def straightforward_loss(model, batch, args, compute_dtype):
     """One untrimmed micro-batch, log-probs and (logged) entropy in separate passes: the reference."""
     labels = batch.input_ids[:, batch.prompt_len :]
-    with autocast(compute_dtype, "cpu"):
+    with autocast_context(compute_dtype, "cpu"):
         logits = response_logits(model, batch)
     logp = token_logprobs(logits, labels, chunk_size=args.chunk_size)
     entropy = entropy_from_logits(logits.detach(), chunk_size=args.chunk_size)
@@ -54,7 +56,7 @@ def test_sorted_trimmed_micro_batches_give_the_same_loss_and_gradient(compute_dt
     ref_loss, ref_entropy = straightforward_loss(model, batch, args, compute_dtype)
     ref_grads = torch.autograd.grad(ref_loss, list(model.parameters()))
 
-    denoms = global_denominators(batch.response_mask)
+    denoms = minibatch_denominators(batch.response_mask)
     micro = length_sorted_chunks(batch.attention_mask, 4)
     assert sorted(i for idx in micro for i in idx) == list(range(len(batch)))
     assert [len(idx) for idx in micro] == [4, 4, 1]
@@ -62,7 +64,7 @@ def test_sorted_trimmed_micro_batches_give_the_same_loss_and_gradient(compute_dt
     grads = [torch.zeros_like(p) for p in model.parameters()]
     for idx in micro:
         part = batch.select(idx).trimmed()
-        loss, metrics = micro_loss(model, part, args, denoms, compute_dtype, "cpu")
+        loss, metrics = actor_loss(model, part, LossConfig.from_args(args), denoms, compute_dtype, "cpu")
         for g, d in zip(grads, torch.autograd.grad(loss, list(model.parameters()))):
             g += d
         total += float(loss.detach())
