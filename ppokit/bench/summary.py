@@ -86,8 +86,10 @@ def format_table(results: dict[str, dict]) -> str:
         a, b = (results[n]["summary"] for n in names)
         rows.append([f"{names[1]} / {names[0]} (median s)", "", ""])
         for phase in PHASES:
-            if phase in a and phase in b and a[phase]["median_s"] > 0:
+            if phase in a and phase in b and min(a[phase]["median_s"], b[phase]["median_s"]) >= 0.01:
                 rows.append([f"  {phase}", "", f"{b[phase]['median_s'] / a[phase]['median_s']:.2f}x"])
+            elif phase in a and phase in b:
+                rows.append([f"  {phase}", "", "- (under 10 ms)"])
     width = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, width)).rstrip() for r in rows)
 
