@@ -21,6 +21,7 @@ from ppokit.bench.summary import format_table, summarize
 
 DEFAULT_CONFIG = "config/grpo_argument.json"
 DEFAULT_OVERRIDES = {"learning_rate": 1e-5}
+DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def parse(argv):
@@ -53,7 +54,9 @@ def overrides_from(ns, workdir: str) -> dict:
 def run_worker(trainer: str, spec: dict, workdir: str) -> dict:
     spec_path, out_path = Path(workdir, f"{trainer}-spec.json"), Path(workdir, f"{trainer}-out.json")
     spec_path.write_text(json.dumps({**spec, "trainer": trainer}))
-    done = subprocess.run([sys.executable, "-m", "ppokit.bench.worker", str(spec_path), str(out_path)])
+    # A single-process run each: the child must not join a process group this process may have set up.
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
+    done = subprocess.run([sys.executable, "-m", "ppokit.bench.worker", str(spec_path), str(out_path)], env=env)
     if done.returncode != 0:
         raise SystemExit(f"the {trainer} run failed (exit {done.returncode}); its output is above")
     return json.loads(out_path.read_text())
