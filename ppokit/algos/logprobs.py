@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["token_logprobs", "entropy_from_logits"]
+__all__ = ["token_logprobs", "entropy_from_logits", "token_logprobs_and_entropy"]
 
 
 def _upcast(x: torch.Tensor) -> torch.Tensor:
@@ -31,6 +31,22 @@ def _chunk_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: flo
         x = x / temperature
     picked = x.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(x, dim=-1)
+
+
+def _chunk_logprobs_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float):
+    """(log-probs (B, C) with grad, entropies (B, C) without) of one chunk from one float32 copy.
+
+    The entropy comes last and under no_grad: non-reentrant checkpointing stops its recomputation
+    once the log-prob's saved tensors are rebuilt, so backward never recomputes the entropy.
+    """
+    x = _upcast(logits)
+    if temperature != 1.0:
+        x = x / temperature
+    lse = torch.logsumexp(x, dim=-1)
+    logp = x.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
+    with torch.no_grad():
+        entropy = lse - (torch.exp(x - lse.unsqueeze(-1)) * x).sum(-1)
+    return logp, entropy
 
 
 def _chunk_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -99,3 +115,28 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int = 1024, temperatur
     if not pieces:
         return _upcast(logits).new_zeros(logits.shape[:2])
     return torch.cat(pieces, dim=1)
+
+
+def token_logprobs_and_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, chunk_size: int = 1024, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logprobs` and a detached `entropy_from_logits` in one pass over the logits.
+
+    logits: (B, T, V), labels: (B, T) int -> ((B, T) log-probs, differentiable; (B, T) entropies,
+    no gradient), both float32. For entropy that is only logged: it reuses each chunk's float32
+    copy and logsumexp instead of a second pass over the vocabulary.
+    """
+    _check_chunk(logits, chunk_size)
+    if labels.shape != logits.shape[:2]:
+        raise ValueError(f"labels shape {tuple(labels.shape)} != logits (B, T) {tuple(logits.shape[:2])}")
+    if logits.shape[1] == 0:
+        empty = _upcast(logits).new_zeros(labels.shape)
+        return empty, empty.clone()
+    needs_grad = torch.is_grad_enabled() and logits.requires_grad
+    safe = labels.clamp_min(0).long()
+    pieces = [
+        _run(_chunk_logprobs_entropy, needs_grad, logits[:, s : s + chunk_size], safe[:, s : s + chunk_size], temperature)
+        for s in range(0, logits.shape[1], chunk_size)
+    ]
+    logp = torch.cat([p[0] for p in pieces], dim=1).masked_fill(labels < 0, 0.0)
+    return logp, torch.cat([p[1] for p in pieces], dim=1)

@@ -41,7 +41,10 @@ class BaseTrainingArguments(BaseModel):
     gradient_accumulation_steps: int = Field(
         1, ge=1, description="Micro-steps per optimizer step: read in per-device mode, computed in global mode.")
     # --- precision ---
-    bf16: bool = Field(False, description="bfloat16 training and generation.")
+    bf16: bool = Field(False, description=(
+        "bfloat16 training and generation (autocast over float32 weights). On a CPU without bf16 matrix "
+        "instructions (x86 without AVX512-BF16/AMX) ppokit computes in float32 instead, with a warning: "
+        "emulated bf16 is tens of times slower there; PPOKIT_CPU_BF16=1 forces bf16."))
     fp16: bool = Field(False, description="float16 training and generation.")
     fp16_opt_level: Literal["O0", "O1", "O2"] = Field(
         "O1", description="PaddleNLP AMP level. Accepted for PaddleNLP compatibility; no effect here, because "

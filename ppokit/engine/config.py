@@ -8,8 +8,8 @@ and actor, reference and old log-probs would be computed on differently rounded 
 only used on CUDA, through DeepSpeed's fp16 mode with dynamic loss scaling.
 
 Optimizer: AdamW with PaddleNLP's keys (learning_rate, adam_beta1/2, adam_epsilon, weight_decay,
-max_grad_norm → gradient_clipping). Without offload it is plain `torch.optim.AdamW`
-("torch_adam": true), so nothing is compiled on first use; with optimizer offload DeepSpeed's
+max_grad_norm → gradient_clipping). Without offload it is torch's fused `torch.optim.AdamW`
+("torch_adam": true, "fused": true), so nothing is compiled on first use; with optimizer offload DeepSpeed's
 CPU Adam is used, which DeepSpeed compiles with the system compiler the first time.
 """
 
@@ -90,7 +90,9 @@ def deepspeed_config(
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     params = {"lr": lr, "betas": list(betas), "eps": eps, "weight_decay": weight_decay}
     if not offload_optimizer:
-        params["torch_adam"] = True
+        # torch's fused AdamW: one kernel over each parameter instead of a dozen foreach passes over all of
+        # them; measured 1.5-2.2 s -> 0.2-0.35 s per step for 27M parameters on the loaded 2-core CPU.
+        params.update(torch_adam=True, fused=True)
     config = {
         "train_micro_batch_size_per_gpu": micro_batch_size,
         "gradient_accumulation_steps": grad_accum,

@@ -107,11 +107,22 @@ def init_distributed(backend: str | None = None) -> DistInfo:
         with captured_native_output("DeepSpeed's start-up (op compatibility probes)"):
             import deepspeed
 
+            if not use_cuda and os.environ.get("WORLD_SIZE") == "1":
+                skip_shm_comm_build()
             deepspeed.init_distributed(dist_backend=backend or ("nccl" if use_cuda else "gloo"))
         if dist.get_world_size() == 1:  # torch prefixes every traceback line "[rank0]:"; one process needs no label
             sys.excepthook = excepthook
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+def skip_shm_comm_build() -> None:
+    """Tell DeepSpeed its CPU shared-memory all-reduce op is unavailable: it only speeds up collectives
+    between processes, yet DeepSpeed compiles it (about a minute on a 2-core CPU) on first use even
+    for a single process. Its absence makes DeepSpeed use torch.distributed's own collectives."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def _single_process_env_defaults() -> None:

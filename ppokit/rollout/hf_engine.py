@@ -1,4 +1,9 @@
-"""Rollouts with transformers' `generate` (works everywhere; the fast path is vLLM).
+"""Rollouts on the live transformers model (works everywhere; the multi-GPU fast path is vLLM).
+
+Llama/Qwen2/Mistral-family models without repetition penalty (and without `return_logprobs`) go
+through ppokit's own decoding loop (`ppokit.rollout.decode`: shared prefill, preallocated cache, exact
+one-uniform sampling, finished rows dropped); anything else through `model.generate`
+(`fast_decode=False` forces that path).
 
 Precision: `dtype` (e.g. bfloat16) is the generation compute dtype. By default the live model
 generates under `torch.autocast(dtype)` and `update_weights` has nothing to do. Measured on this
@@ -20,6 +25,7 @@ import torch
 from ppokit.models.loading import autocast_context
 from ppokit.models.weights import load_hf_state, plain_copy
 from ppokit.rollout.base import RolloutOutput, SamplingParams, check_prompts
+from ppokit.rollout.decode import decode, supports_fast_decode
 from ppokit.rollout.token_logprobs import SampledTokenLogprobs
 
 
@@ -34,6 +40,7 @@ class HFRolloutEngine:
         dtype: torch.dtype | None = None,
         copy_weights: bool = False,
         return_logprobs: bool = False,
+        fast_decode: bool = True,
     ):
         if tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; load it with ppokit.models.load_tokenizer.")
@@ -44,6 +51,7 @@ class HFRolloutEngine:
         self.batch_size = batch_size
         self.dtype = dtype
         self.return_logprobs = return_logprobs  # the sampled tokens' log-probs (SampledTokenLogprobs)
+        self.fast_decode = fast_decode
         self.eos_ids = eos_token_ids(model, tokenizer)
         copy_dtype = dtype or next(model.parameters()).dtype
         self._copy = plain_copy(model, copy_dtype).eval() if copy_weights else None
@@ -91,6 +99,14 @@ class HFRolloutEngine:
 
     def _generate_batch(self, model, prompts: list[list[int]], sampling: SamplingParams):
         """(new tokens, their log-probs (zeros unless return_logprobs)), both (rows, T), n rows per prompt."""
+        if (self.fast_decode and not self.return_logprobs and sampling.repetition_penalty == 1.0
+                and supports_fast_decode(model)):
+            tokens = decode(
+                model, prompts, sampling.n, sampling.max_new_tokens, self.eos_ids, self.tokenizer.pad_token_id,
+                do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
+                top_p=sampling.top_p, min_new_tokens=sampling.min_new_tokens,
+            ).cpu()
+            return tokens, torch.zeros(tokens.shape)
         device = _device(model)
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ppokit.algos.logprobs import entropy_from_logits, token_logprobs
+from ppokit.algos.logprobs import entropy_from_logits, token_logprobs, token_logprobs_and_entropy
 from ppokit.models.loading import autocast_context
 from ppokit.training.batch import RolloutBatch
 
@@ -43,13 +43,10 @@ def policy_forward(model, batch: RolloutBatch, chunk_size: int, entropy: str, co
         logits = response_logits(model, batch)
     # Log-probs of the distribution that was sampled from (logits / temperature), as verl does.
     t = temperature if temperature and temperature > 0 else 1.0
+    if entropy == "detached":  # logged only: from the same float32 chunks as the log-probs
+        return token_logprobs_and_entropy(logits, labels, chunk_size=chunk_size, temperature=t)
     logp = token_logprobs(logits, labels, chunk_size=chunk_size, temperature=t)
-    ent = None
-    if entropy == "grad":
-        ent = entropy_from_logits(logits, chunk_size=chunk_size, temperature=t)
-    elif entropy == "detached":
-        with torch.no_grad():
-            ent = entropy_from_logits(logits.detach(), chunk_size=chunk_size, temperature=t)
+    ent = entropy_from_logits(logits, chunk_size=chunk_size, temperature=t) if entropy == "grad" else None
     return logp, ent
 
 

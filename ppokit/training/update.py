@@ -75,6 +75,14 @@ def chunks(n: int, size: int) -> list[list[int]]:
     return [list(range(i, min(i + size, n))) for i in range(0, n, max(size, 1))]
 
 
+def length_sorted_chunks(attention_mask: torch.Tensor, size: int) -> list[list[int]]:
+    """Index lists of at most `size` rows, rows ordered by length (attention_mask (b, L) sums), so each
+    trimmed micro-batch carries little padding. The losses use the mini-batch's denominators, so how
+    rows are grouped does not change the summed gradient."""
+    order = torch.argsort(attention_mask.sum(1), stable=True).tolist()
+    return [order[i : i + max(size, 1)] for i in range(0, len(order), max(size, 1))]
+
+
 def minibatch_denominators(mask: torch.Tensor) -> tuple[float, float]:
     """(valid tokens, sequences with a valid token) of a mini-batch summed over ranks. mask: (b, R)."""
     counts = global_denominators([mask])
@@ -102,7 +110,7 @@ def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, pref
         for mini_idx in chunks(len(batch), plan.mini_batch_sequences_per_rank):
             mini = batch.select(mini_idx)
             denoms = minibatch_denominators(mini.response_mask)
-            micro = chunks(len(mini), plan.micro_batch_size)
+            micro = length_sorted_chunks(mini.attention_mask, plan.micro_batch_size)
             for k, idx in enumerate(micro):
                 # Forward through the engine, not engine.module: ZeRO-3 counts micro-steps in the engine's
                 # forward and would otherwise overwrite, not accumulate, the micro-batches' gradients.

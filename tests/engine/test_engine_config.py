@@ -41,7 +41,7 @@ def test_config_carries_paddlenlp_optimizer_keys_and_is_logged(caplog):
     assert cfg["train_batch_size"] == 16 and cfg["train_micro_batch_size_per_gpu"] == 2
     assert cfg["gradient_accumulation_steps"] == 4 and cfg["gradient_clipping"] == 1.0
     assert cfg["optimizer"] == {"type": "AdamW", "params": {"lr": 1e-6, "betas": [0.9, 0.95], "eps": 1e-8,
-                                                            "weight_decay": 0.01, "torch_adam": True}}
+                                                            "weight_decay": 0.01, "torch_adam": True, "fused": True}}
     assert cfg["zero_optimization"] == {"stage": 2}
     assert "bf16" not in cfg and "fp16" not in cfg  # float32 master weights; autocast does bf16
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("DeepSpeed config: ")]

@@ -113,7 +113,8 @@ def test_tokenizer_without_pad_candidates_pads_with_eos(tmp_path, monkeypatch):
     assert tok.pad_token == tok.eos_token == "<|im_end|>"
 
 
-def test_dtype_for_follows_paddlenlp_switches():
+def test_dtype_for_follows_paddlenlp_switches(monkeypatch):
+    monkeypatch.setenv("PPOKIT_CPU_BF16", "1")  # as on a CPU with bf16 instructions
     assert dtype_for(False, False, "cpu") == (torch.float32, torch.float32)
     assert dtype_for(True, False, "cpu") == (torch.float32, torch.bfloat16)
     assert dtype_for(False, True, "cpu") == (torch.float32, torch.bfloat16)  # no fp16 on CPU
@@ -149,3 +150,17 @@ def test_flash_attention_falls_back_to_sdpa_without_flash_attn(monkeypatch):
     monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name: None)
     assert loading.attention_implementation(True) == "sdpa"
     assert loading.attention_implementation(False) == "sdpa"
+
+
+def test_bf16_falls_back_to_float32_on_a_cpu_without_bf16_instructions(monkeypatch):
+    from ppokit.models import loading
+
+    monkeypatch.delenv("PPOKIT_CPU_BF16", raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx2_supported", lambda: True)  # an x86 CPU ...
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)  # ... without AVX512-BF16
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)  # ... nor AMX
+    assert not loading.cpu_has_fast_bf16()
+    assert dtype_for(True, False, "cpu") == (torch.float32, torch.float32)
+    assert dtype_for(False, True, "cpu") == (torch.float32, torch.float32)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert dtype_for(True, False, "cpu") == (torch.float32, torch.bfloat16)

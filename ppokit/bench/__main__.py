@@ -1,0 +1,91 @@
+"""`python -m ppokit.bench [CONFIG] [--steps N] [--warmup K] [--compare trl] [--out FILE.json] [--set key=value]`.
+
+Without CONFIG the issue-14 work: config/grpo_argument.json (SmolLM2-135M-Instruct, single-digit
+addition through the chat template, 4 prompts x 8 samples, 32 new tokens, temperature 1, beta 0,
+bf16, one optimizer step per rollout) with learning_rate 1e-5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ppokit.bench.summary import format_table, summarize
+
+DEFAULT_CONFIG = "config/grpo_argument.json"
+DEFAULT_OVERRIDES = {"learning_rate": 1e-5}
+DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="python -m ppokit.bench", description=__doc__.splitlines()[0])
+    p.add_argument("config", nargs="?", default=None, help=f"argument file (default {DEFAULT_CONFIG} + lr 1e-5)")
+    p.add_argument("--steps", type=int, default=8, help="steps to run per trainer (default 8)")
+    p.add_argument("--warmup", type=int, default=2, help="first steps left out of median/max (default 2)")
+    p.add_argument("--compare", choices=["trl"], default=None, help="also run TRL's GRPOTrainer on the same work")
+    p.add_argument("--out", default="output/bench/results.json", help="JSON results file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    p.add_argument("--only", choices=["ppokit", "trl"], default=None, help="run one trainer only")
+    return p.parse_args(argv)
+
+
+def overrides_from(ns, workdir: str) -> dict:
+    out = dict(DEFAULT_OVERRIDES) if ns.config is None else {}
+    for item in ns.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    out.update(max_steps=ns.steps, output_dir=os.path.join(workdir, "run"), logging_dir=os.path.join(workdir, "vdl"),
+               save_strategy="no", disable_tqdm=True)
+    return out
+
+
+def run_worker(trainer: str, spec: dict, workdir: str) -> dict:
+    spec_path, out_path = Path(workdir, f"{trainer}-spec.json"), Path(workdir, f"{trainer}-out.json")
+    spec_path.write_text(json.dumps({**spec, "trainer": trainer}))
+    # A single-process run each: the child must not join a process group this process may have set up.
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
+    done = subprocess.run([sys.executable, "-m", "ppokit.bench.worker", str(spec_path), str(out_path)], env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"the {trainer} run failed (exit {done.returncode}); its output is above")
+    return json.loads(out_path.read_text())
+
+
+def main(argv=None) -> dict:
+    ns = parse(sys.argv[1:] if argv is None else argv)
+    trainers = [ns.only] if ns.only else ["ppokit"] + ([ns.compare] if ns.compare else [])
+    with tempfile.TemporaryDirectory(prefix="ppokit-bench-") as workdir:
+        config = ns.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
+        if config is None:
+            raise SystemExit(f"no CONFIG given and {DEFAULT_CONFIG} is not here; run from the repository root")
+        spec = {"config": config, "overrides": overrides_from(ns, workdir), "steps": ns.steps}
+        results = {}
+        for trainer in trainers:
+            raw = run_worker(trainer, spec, workdir)
+            raw["summary"] = summarize(raw["steps"], ns.warmup, raw["flop_peaks"])
+            results[trainer] = raw
+    table = format_table(results)
+    print(table)
+    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count()},
+              "config": config, "overrides": spec["overrides"], "steps": ns.steps, "warmup": ns.warmup,
+              "results": results, "table": table}
+    Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(ns.out).write_text(json.dumps(report, indent=1, default=str))
+    print(f"results: {ns.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""One trainer's side of the bench, run in a child process: `python -m ppokit.bench.worker SPEC OUT`.
+
+SPEC is a JSON file {"trainer": "ppokit" | "trl", "config": path or null, "overrides": {...},
+"steps": N}; OUT receives {"steps": [...], "peak_rss_bytes", "flop_peaks", "threads", ...}.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+
+import torch
+
+
+def matmul_peaks(size: int = 512, repeats: int = 3) -> dict[str, float]:
+    """Best FLOP/s of a (size x size) @ (size x size) matmul in bf16 and fp32 on this process's threads."""
+    peaks = {}
+    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        a = torch.randn(size, size, dtype=dtype)
+        b = torch.randn(size, size, dtype=dtype)
+        a @ b  # warm-up: thread pool and kernel selection
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - started)
+        peaks[name] = 2.0 * size**3 / best
+    return peaks
+
+
+def param_counts(model) -> tuple[int, int]:
+    """(parameters outside the embeddings / LM head, LM-head parameters V·d)."""
+    head = model.get_output_embeddings().weight
+    skip = {id(head), id(model.get_input_embeddings().weight)}
+    body = sum(p.numel() for p in model.parameters() if id(p) not in skip)
+    return body, head.numel()
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def run_ppokit(spec: dict) -> list[dict]:
+    """Steps through the real `Session` (the one trainer), timings from its own `timing/*` metrics."""
+    from ppokit.bench.summary import update_flop
+    from ppokit.session import Session  # the bench drives the trainer exactly as a notebook does
+
+    session = Session.from_json(spec["config"], **spec["overrides"]) if spec["config"] else Session.from_args(
+        **spec["overrides"])
+    body, head = param_counts(session.model)
+    spec["compute_dtype"] = str(session.state.policy.compute_dtype)
+    steps = []
+    for _ in range(spec["steps"]):
+        m = session.step()
+        batch = session.last_batch
+        generated = int(batch.response_mask.sum())
+        trained = int(batch.attention_mask.sum())
+        row = {
+            "rollout_s": m["timing/rollout_s"],
+            "reference_s": m.get("timing/ref_s", 0.0),
+            "old_logprobs_s": m.get("timing/old_logprob_s", 0.0),
+            "reward_s": m.get("timing/reward_s", 0.0),
+            "update_s": m["timing/update_s"],
+            "step_s": m["timing/step_s"],
+            "generated_tokens": generated,
+            "trained_tokens": trained,
+            "update_flop": update_flop(body, head, trained, generated),
+            "reward": m["reward/mean"],
+        }
+        steps.append(finish_row(row))
+        print(f"ppokit step {len(steps)}: {row['step_s']:.2f} s, reward {row['reward']:.2f}", file=sys.stderr, flush=True)
+    session.close()
+    return steps
+
+
+def finish_row(row: dict) -> dict:
+    """Add `rest_s`: the step's time outside the named phases."""
+    named = ("rollout_s", "reference_s", "old_logprobs_s", "reward_s", "update_s")
+    row["rest_s"] = max(row["step_s"] - sum(row[k] for k in named), 0.0)
+    return row
+
+
+def main(argv: list[str]) -> None:
+    spec_path, out_path = argv
+    spec = json.loads(open(spec_path).read())
+    torch.manual_seed(0)
+    peaks = matmul_peaks()
+    if spec["trainer"] == "ppokit":
+        steps = run_ppokit(spec)
+    elif spec["trainer"] == "trl":
+        from ppokit.bench.trl_side import run_trl
+
+        steps = run_trl(spec)
+    else:
+        raise SystemExit(f"unknown trainer {spec['trainer']!r}; expected 'ppokit' or 'trl'")
+    out = {"steps": steps, "compute_dtype": spec.get("compute_dtype"), "peak_rss_bytes": peak_rss_bytes(),
+           "flop_peaks": peaks, "threads": torch.get_num_threads(),
+           "torch": torch.__version__}
+    with open(out_path, "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

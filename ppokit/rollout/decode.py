@@ -1,0 +1,197 @@
+"""ppokit's own decoding loop for decoder-only transformers models (Llama, Qwen2, Mistral ...).
+
+What it does that `model.generate` does not (each measured in docs/performance.md):
+- prefill once per prompt and copy its keys/values to the prompt's n samples (the samples of one
+  prompt share it), instead of prefilling n identical copies;
+- a key/value cache preallocated for prompt + max_new_tokens, written in place (no `cat` per step);
+- attention in float32 through SDPA (a bf16 single-query attention is slow on CPU);
+- exact sampling with one uniform number per row: inverse CDF over the (top-k / top-p masked)
+  softmax instead of `torch.multinomial`, which draws an exponential per vocabulary entry;
+- rows that finished are dropped from the batch (their cache rows too), and the loop stops when
+  the last row finishes.
+The sampling semantics are those of `generate`: temperature, then top-k, then top-p (keeping at
+least one token), min_new_tokens suppresses EOS. Repetition penalty is left to `generate`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+ATTENTION = "ppokit_decode"
+SUPPORTED_MODEL_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
+
+
+class KVCache:
+    """Keys/values of every layer, preallocated as (B, H_kv, max_len, D), filled in place.
+
+    Duck-types the part of transformers' `Cache` that the supported models call during a forward:
+    `update(keys, values, layer_idx)` returns the keys/values of all positions so far, and
+    `get_seq_length()`. `advance(q)` moves the write position after a forward of q positions.
+    """
+
+    def __init__(self, num_layers: int, max_len: int, dtype: torch.dtype | None = None):
+        self.max_len = max_len
+        self.dtype = dtype
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self.length = 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        if self.keys[layer_idx] is None:
+            b, h, _, d = key_states.shape
+            dtype = self.dtype or key_states.dtype
+            self.keys[layer_idx] = key_states.new_zeros((b, h, self.max_len, d), dtype=dtype)
+            self.values[layer_idx] = value_states.new_zeros((b, h, self.max_len, value_states.shape[-1]), dtype=dtype)
+        end = self.length + key_states.shape[2]
+        self.keys[layer_idx][:, :, self.length : end] = key_states
+        self.values[layer_idx][:, :, self.length : end] = value_states
+        return self.keys[layer_idx][:, :, :end], self.values[layer_idx][:, :, :end]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def advance(self, positions: int) -> None:
+        self.length += positions
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Keep only the batch rows `index` (repeats allowed: copies a row to several samples)."""
+        self.keys = [k.index_select(0, index) if k is not None else None for k in self.keys]
+        self.values = [v.index_select(0, index) if v is not None else None for v in self.values]
+
+
+def float32_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """SDPA in float32 (outside autocast) with a boolean mask (B, 1, q, kv), True = attend.
+
+    query (B, H, q, D), key/value (B, H_kv, kv, D) -> ((B, q, H, D), None), as transformers expects.
+    """
+    with torch.autocast(device_type=query.device.type, enabled=False):
+        q, k, v = query.float(), key.float(), value.float()
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attention_mask, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
+        )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION, float32_attention)
+
+
+def supports_fast_decode(model) -> bool:
+    """Whether `decode` can drive `model` (a plain transformers decoder of a known family)."""
+    config = getattr(model, "config", None)
+    return getattr(config, "model_type", None) in SUPPORTED_MODEL_TYPES and not hasattr(model, "peft_config")
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """One token per row from softmax(logits / temperature) restricted by top-k then top-p.
+
+    logits: (B, V) float -> (B,) long. Exact: the inverse CDF at one uniform number per row
+    (`torch.rand`, so `torch.manual_seed` reproduces a run). Masks follow transformers'
+    TopK/TopP warpers: top-k keeps every token tied with the k-th largest; top-p drops the
+    smallest tokens whose cumulative probability is <= 1 - top_p, always keeping the largest.
+    """
+    x = logits.float() / temperature
+    x = mask_top_k(x, top_k)
+    x = mask_top_p(x, top_p)
+    cdf = torch.softmax(x, dim=-1).double().cumsum(-1)  # float64 sum: no drift over a 150k vocabulary
+    u = torch.rand(x.shape[0], 1, dtype=torch.float64, device=x.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_max(x.shape[1] - 1)
+
+
+def mask_top_k(x: torch.Tensor, top_k: int) -> torch.Tensor:
+    """x (B, V) with every entry below the k-th largest of its row set to -inf; k <= 0 is off."""
+    if top_k <= 0 or top_k >= x.shape[-1]:
+        return x
+    kth = torch.topk(x, top_k, dim=-1).values[:, -1:]
+    return x.masked_fill(x < kth, float("-inf"))
+
+
+def mask_top_p(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """x (B, V) with the nucleus outside top_p set to -inf (transformers' TopPLogitsWarper); 1.0 is off."""
+    if top_p >= 1.0:
+        return x
+    sorted_x, order = torch.sort(x, descending=False, dim=-1)
+    cumulative = sorted_x.softmax(dim=-1).cumsum(dim=-1)
+    drop_sorted = cumulative <= 1 - top_p
+    drop_sorted[:, -1] = False  # keep at least the most likely token
+    drop = drop_sorted.scatter(1, order, drop_sorted)
+    return x.masked_fill(drop, float("-inf"))
+
+
+@torch.no_grad()
+def decode(model, prompts: list[list[int]], n: int, max_new_tokens: int, eos_ids: list[int], pad_id: int, *,
+           do_sample: bool = True, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+           min_new_tokens: int = 0) -> torch.Tensor:
+    """New tokens for `n` samples of each prompt: (len(prompts) * n, T) long, the n samples of prompt i
+    in rows i*n ... i*n+n-1, padded with `pad_id` after EOS; T <= max_new_tokens (the longest row).
+
+    Runs under whatever autocast / RNG context the caller set. Greedy (`do_sample=False`) decodes
+    each prompt once and repeats it n times.
+    """
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
+    valid = torch.zeros(len(prompts), width + max_new_tokens, dtype=torch.bool, device=device)
+    for i, p in enumerate(prompts):
+        valid[i, width - len(p) : width] = True
+    positions = valid[:, :width].long().cumsum(-1) - 1
+    cache = KVCache(model.config.num_hidden_layers, width + max_new_tokens,
+                    dtype=torch.float32 if device.type == "cpu" else None)
+    _register_attention()
+    saved = model.config._attn_implementation
+    model.config._attn_implementation = ATTENTION
+    try:
+        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+        mask = causal[None] & valid[:, None, :width]
+        mask |= torch.eye(width, dtype=torch.bool, device=device)[None]  # padding rows attend to themselves: no NaN
+        logits = _forward(model, ids, mask[:, None], positions.clamp_min(0), cache)
+        rows = n if do_sample else 1
+        if rows > 1:
+            expand = torch.arange(len(prompts), device=device).repeat_interleave(rows)
+            cache.select_rows(expand)
+            logits, valid, positions = logits[expand], valid[expand], positions[expand]
+        out = _decode_steps(model, cache, logits, valid, positions[:, -1] + 1, width, max_new_tokens, eos_ids, pad_id,
+                            do_sample, temperature, top_k, top_p, min_new_tokens)
+    finally:
+        model.config._attn_implementation = saved
+    return out if rows == n else out.repeat_interleave(n, dim=0)
+
+
+def _forward(model, ids, mask, positions, cache) -> torch.Tensor:
+    """Logits (B, V) float32 of the last position; advances the cache by ids' length."""
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                logits_to_keep=1)
+    cache.advance(ids.shape[1])
+    return out.logits[:, -1].float()
+
+
+def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, eos_ids, pad_id,
+                  do_sample, temperature, top_k, top_p, min_new_tokens) -> torch.Tensor:
+    """The token-by-token loop over the rows still running; returns (B, T) new tokens."""
+    batch = logits.shape[0]
+    device = logits.device
+    out = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    eos = torch.tensor(eos_ids, device=device)
+    alive = torch.arange(batch, device=device)  # original row of each running row
+    steps = 0
+    for t in range(max_new_tokens):
+        if t < min_new_tokens:
+            logits[:, eos] = float("-inf")
+        token = sample_tokens(logits, temperature, top_k, top_p) if do_sample else logits.argmax(-1)
+        out[alive, t] = token
+        steps = t + 1
+        running = ~torch.isin(token, eos)
+        if t == max_new_tokens - 1 or not bool(running.any()):
+            break
+        if not bool(running.all()):
+            keep = running.nonzero().squeeze(1)
+            alive, token, next_pos, valid = alive[keep], token[keep], next_pos[keep], valid[keep]
+            cache.select_rows(keep)
+        valid[:, width + t] = True
+        end = width + t + 1
+        logits = _forward(model, token[:, None], valid[:, None, None, :end], next_pos[:, None], cache)
+        next_pos = next_pos + 1
+    return out[:, :steps]

@@ -1,0 +1,63 @@
+"""The bench's plumbing on a tiny model: both trainers run, every phase and number is reported.
+No timing is asserted (benchmarks never run in the test suite; this only checks the wiring)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import ppokit.testing
+from ppokit.bench.summary import learning_curve, summarize
+from ppokit.testing import save_tiny_model
+
+
+def write_config(tmp_path):
+    model = save_tiny_model(tmp_path / "model", seed=0)
+    data = tmp_path / "train.jsonl"
+    data.write_text("\n".join(json.dumps({"src": [f"say a {i}:"], "tgt": []}) for i in range(8)) + "\n")
+    config = tmp_path / "bench.json"
+    config.write_text(json.dumps({
+        "actor_model_name_or_path": model, "train_datasets": str(data), "rl_algorithm": "grpo",
+        "reward_functions": f"{ppokit.testing.__file__}:letter_a", "global_batch_size": 2, "rollout_n": 2,
+        "global_mini_batch_size": 2, "per_device_train_batch_size": 4, "max_dec_len": 4, "max_prompt_len": 32,
+        "max_length": 64, "learning_rate": 1e-3, "kl_loss_coeff": 0.0, "seed": 1,
+    }))
+    return config
+
+
+@pytest.mark.parametrize("compare", [False, True])
+def test_bench_runs_and_reports_every_phase(tmp_path, compare):
+    if compare:
+        pytest.importorskip("trl")
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, "-m", "ppokit.bench", str(write_config(tmp_path)), "--steps", "2", "--warmup", "1",
+           "--out", str(out)] + (["--compare", "trl"] if compare else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    names = ["ppokit", "trl"] if compare else ["ppokit"]
+    assert list(report["results"]) == names
+    for name in names:
+        result = report["results"][name]
+        assert len(result["steps"]) == 2
+        summary = result["summary"]
+        for phase in ("rollout", "reward", "update", "rest", "step"):
+            assert summary[phase]["max_s"] >= summary[phase]["median_s"] >= 0
+        assert summary["generated_tokens_per_s"] > 0 and summary["trained_tokens_per_s"] > 0
+        assert 0 < summary["update_share_of_fp32_peak"] and result["peak_rss_bytes"] > 0
+    assert "rollout s (median / max)" in done.stdout
+    if compare:
+        assert "trl / ppokit (median s)" in done.stdout
+
+
+def test_summary_medians_skip_warmup_and_find_the_reward_target():
+    steps = [{"rollout_s": r, "reference_s": 0.0, "old_logprobs_s": 0.0, "reward_s": 0.1, "update_s": 2.0,
+              "rest_s": 0.0, "step_s": r + 2.1, "generated_tokens": 10, "trained_tokens": 20, "update_flop": 4e9,
+              "reward": w} for r, w in [(9.0, 0.1), (1.0, 0.9), (3.0, 0.9), (2.0, 0.9)]]
+    s = summarize(steps, warmup=1, flop_peaks={"bf16": 4e9, "fp32": 1e9})
+    assert s["rollout"] == {"median_s": 2.0, "max_s": 3.0}
+    assert s["generated_tokens_per_s"] == pytest.approx(30 / 6.0)
+    assert s["update_share_of_bf16_peak"] == pytest.approx(0.5) and s["update_share_of_fp32_peak"] == pytest.approx(2.0)
+    curve = learning_curve(steps, target=0.9, window=3)
+    assert curve["step_to_target"] == 4 and curve["seconds_to_target"] == pytest.approx(11.1 + 3.1 + 5.1 + 4.1)
