@@ -108,3 +108,18 @@ def _target(learning: dict) -> str:
     if learning["step_to_target"] is None:
         return "not reached"
     return f"step {learning['step_to_target']}, {learning['seconds_to_target']:.0f} s"
+
+
+def param_counts(model) -> tuple[int, int]:
+    """(parameters outside the embeddings / LM head, LM-head parameters V·d)."""
+    head = model.get_output_embeddings().weight
+    skip = {id(head), id(model.get_input_embeddings().weight)}
+    body = sum(p.numel() for p in model.parameters() if id(p) not in skip)
+    return body, head.numel()
+
+
+def finish_row(row: dict) -> dict:
+    """Add `rest_s`: the step's time outside the named phases."""
+    named = ("rollout_s", "reference_s", "old_logprobs_s", "reward_s", "update_s")
+    row["rest_s"] = max(row["step_s"] - sum(row[k] for k in named), 0.0)
+    return row

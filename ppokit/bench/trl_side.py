@@ -75,7 +75,7 @@ def run_trl(spec: dict) -> list[dict]:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOTrainer
 
-    from ppokit.bench.worker import finish_row, param_counts
+    from ppokit.bench.summary import finish_row, param_counts
     from ppokit.rewards.functions import compute_rewards
 
     args, path, tokenizer, plan, records, fns = ppokit_side_inputs(spec)

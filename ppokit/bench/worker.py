@@ -30,21 +30,13 @@ def matmul_peaks(size: int = 512, repeats: int = 3) -> dict[str, float]:
     return peaks
 
 
-def param_counts(model) -> tuple[int, int]:
-    """(parameters outside the embeddings / LM head, LM-head parameters V·d)."""
-    head = model.get_output_embeddings().weight
-    skip = {id(head), id(model.get_input_embeddings().weight)}
-    body = sum(p.numel() for p in model.parameters() if id(p) not in skip)
-    return body, head.numel()
-
-
 def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 def run_ppokit(spec: dict) -> list[dict]:
     """Steps through the real `Session` (the one trainer), timings from its own `timing/*` metrics."""
-    from ppokit.bench.summary import update_flop
+    from ppokit.bench.summary import finish_row, param_counts, update_flop
     from ppokit.session import Session  # the bench drives the trainer exactly as a notebook does
 
     session = Session.from_json(spec["config"], **spec["overrides"]) if spec["config"] else Session.from_args(
@@ -73,13 +65,6 @@ def run_ppokit(spec: dict) -> list[dict]:
         print(f"ppokit step {len(steps)}: {row['step_s']:.2f} s, reward {row['reward']:.2f}", file=sys.stderr, flush=True)
     session.close()
     return steps
-
-
-def finish_row(row: dict) -> dict:
-    """Add `rest_s`: the step's time outside the named phases."""
-    named = ("rollout_s", "reference_s", "old_logprobs_s", "reward_s", "update_s")
-    row["rest_s"] = max(row["step_s"] - sum(row[k] for k in named), 0.0)
-    return row
 
 
 def main(argv: list[str]) -> None:

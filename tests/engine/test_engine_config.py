@@ -36,7 +36,7 @@ def _config(**kw):
 
 
 def test_config_carries_paddlenlp_optimizer_keys_and_is_logged(caplog):
-    with caplog.at_level(logging.INFO, logger="ppokit"):
+    with caplog.at_level(logging.DEBUG, logger="ppokit"):
         cfg = _config()
     assert cfg["train_batch_size"] == 16 and cfg["train_micro_batch_size_per_gpu"] == 2
     assert cfg["gradient_accumulation_steps"] == 4 and cfg["gradient_clipping"] == 1.0

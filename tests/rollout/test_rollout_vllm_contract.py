@@ -200,7 +200,7 @@ def test_make_rollout_engine_builds_vllm_from_the_arguments(vllm, tiny_model_dir
     tok = load_tokenizer(tiny_model_dir)
     model = load_causal_lm(tiny_model_dir)
     args = arguments(rollout_max_num_seqs=64, fp16=True, bf16=False, seed=3)
-    engine = make_rollout_engine(None, True, model, tok, model_path=tiny_model_dir, compute_dtype=torch.float16,
+    engine = make_rollout_engine("vllm", True, model, tok, model_path=tiny_model_dir, compute_dtype=torch.float16,
                                  args=args, gpu_memory_utilization=0.2)
     assert isinstance(engine, VLLMRolloutEngine)
     kwargs = vllm.LLM.instances[0].kwargs
