@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sampling temperature; 0 = greedy (default: 0 for --n 1, else 1.0)")
     p.add_argument("--max_prompts", type=int, default=None, help="evaluate only the first M prompts")
     p.add_argument("--max_dec_len", type=int, default=None, help="most new tokens per response (default 256)")
-    p.add_argument("--batch_size", type=int, default=8, help="prompts per generation call (default 8)")
+    p.add_argument("--batch_size", type=int, default=None,
+                   help="prompts per generation call (default: the config's per_device_eval_batch_size, 8)")
     p.add_argument("--config", help="a ppokit/PaddleNLP argument file whose reward and generation keys apply")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the config's seed, 42)")
     p.add_argument("--samples", type=int, default=0, help="also print this many responses")
@@ -66,7 +67,9 @@ def eval_arguments(ns: argparse.Namespace):
 
     temperature = ns.temperature if ns.temperature is not None else (0.0 if ns.n == 1 else 1.0)
     overrides = {"actor_model_name_or_path": ns.model, "eval_rollout_n": ns.n, "eval_temperature": temperature,
-                 "per_device_eval_batch_size": ns.batch_size, "max_evaluate_steps": -1}
+                 "max_evaluate_steps": -1}
+    if ns.batch_size is not None:  # else the config's (or the default), sized as training's evaluation is
+        overrides["per_device_eval_batch_size"] = ns.batch_size
     if ns.max_dec_len is not None:
         overrides["max_dec_len"] = ns.max_dec_len
     elif not ns.config:

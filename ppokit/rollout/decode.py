@@ -124,9 +124,11 @@ def mask_top_p(x: torch.Tensor, top_p: float) -> torch.Tensor:
 @torch.no_grad()
 def decode(model, prompts: list[list[int]], n: int, max_new_tokens: int, eos_ids: list[int], pad_id: int, *,
            do_sample: bool = True, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           min_new_tokens: int = 0) -> torch.Tensor:
+           min_new_tokens: int = 0, return_logprobs: bool = False):
     """New tokens for `n` samples of each prompt: (len(prompts) * n, T) long, the n samples of prompt i
     in rows i*n ... i*n+n-1, padded with `pad_id` after EOS; T <= max_new_tokens (the longest row).
+    With `return_logprobs`, also each sampled token's log-prob under softmax(logits / temperature) over
+    the whole vocabulary (what the trainer computes; 0 after EOS): (tokens, logprobs), both (rows, T).
 
     Runs under whatever autocast / RNG context the caller set. Greedy (`do_sample=False`) decodes
     each prompt once and repeats it n times.
@@ -153,11 +155,14 @@ def decode(model, prompts: list[list[int]], n: int, max_new_tokens: int, eos_ids
             expand = torch.arange(len(prompts), device=device).repeat_interleave(rows)
             cache.select_rows(expand)
             logits, valid, positions = logits[expand], valid[expand], positions[expand]
-        out = _decode_steps(model, cache, logits, valid, positions[:, -1] + 1, width, max_new_tokens, eos_ids, pad_id,
-                            do_sample, temperature, top_k, top_p, min_new_tokens)
+        out, logprobs = _decode_steps(model, cache, logits, valid, positions[:, -1] + 1, width, max_new_tokens,
+                                      eos_ids, pad_id, do_sample, temperature, top_k, top_p, min_new_tokens,
+                                      return_logprobs)
     finally:
         model.config._attn_implementation = saved
-    return out if rows == n else out.repeat_interleave(n, dim=0)
+    if rows != n:
+        out, logprobs = out.repeat_interleave(n, dim=0), logprobs.repeat_interleave(n, dim=0)
+    return (out, logprobs) if return_logprobs else out
 
 
 def _forward(model, ids, mask, positions, cache) -> torch.Tensor:
@@ -169,19 +174,26 @@ def _forward(model, ids, mask, positions, cache) -> torch.Tensor:
 
 
 def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, eos_ids, pad_id,
-                  do_sample, temperature, top_k, top_p, min_new_tokens) -> torch.Tensor:
-    """The token-by-token loop over the rows still running; returns (B, T) new tokens."""
+                  do_sample, temperature, top_k, top_p, min_new_tokens, return_logprobs=False):
+    """The token-by-token loop over the rows still running; returns (B, T) new tokens and their log-probs
+    (zeros unless `return_logprobs`)."""
     batch = logits.shape[0]
     device = logits.device
     out = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    out_logprobs = torch.zeros((batch, max_new_tokens), device=device)
+    scale = temperature if do_sample else 1.0
     eos = torch.tensor(eos_ids, device=device)
     alive = torch.arange(batch, device=device)  # original row of each running row
     steps = 0
     for t in range(max_new_tokens):
+        # log-softmax of the unmasked logits, taken before min_new_tokens masks EOS in place
+        full = torch.log_softmax(logits.float() / scale, dim=-1) if return_logprobs else None
         if t < min_new_tokens:
             logits[:, eos] = float("-inf")
         token = sample_tokens(logits, temperature, top_k, top_p) if do_sample else logits.argmax(-1)
         out[alive, t] = token
+        if full is not None:
+            out_logprobs[alive, t] = full.gather(1, token[:, None]).squeeze(1)
         steps = t + 1
         running = ~torch.isin(token, eos)
         if t == max_new_tokens - 1 or not bool(running.any()):
@@ -194,4 +206,4 @@ def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, 
         end = width + t + 1
         logits = _forward(model, token[:, None], valid[:, None, None, :end], next_pos[:, None], cache)
         next_pos = next_pos + 1
-    return out[:, :steps]
+    return out[:, :steps], out_logprobs[:, :steps]

@@ -1,6 +1,6 @@
 """Rollouts on the live transformers model (works everywhere; the multi-GPU fast path is vLLM).
 
-Llama/Qwen2/Mistral-family models without repetition penalty (and without `return_logprobs`) go
+Llama/Qwen2/Mistral-family models without repetition penalty go
 through ppokit's own decoding loop (`ppokit.rollout.decode`: shared prefill, preallocated cache, exact
 one-uniform sampling, finished rows dropped); anything else through `model.generate`
 (`fast_decode=False` forces that path).
@@ -99,14 +99,13 @@ class HFRolloutEngine:
 
     def _generate_batch(self, model, prompts: list[list[int]], sampling: SamplingParams):
         """(new tokens, their log-probs (zeros unless return_logprobs)), both (rows, T), n rows per prompt."""
-        if (self.fast_decode and not self.return_logprobs and sampling.repetition_penalty == 1.0
-                and supports_fast_decode(model)):
-            tokens = decode(
+        if self.fast_decode and sampling.repetition_penalty == 1.0 and supports_fast_decode(model):
+            tokens, logprobs = decode(
                 model, prompts, sampling.n, sampling.max_new_tokens, self.eos_ids, self.tokenizer.pad_token_id,
                 do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
-                top_p=sampling.top_p, min_new_tokens=sampling.min_new_tokens,
-            ).cpu()
-            return tokens, torch.zeros(tokens.shape)
+                top_p=sampling.top_p, min_new_tokens=sampling.min_new_tokens, return_logprobs=True,
+            )  # the log-probs cost one log-softmax per step; kept only when asked for
+            return tokens.cpu(), logprobs.cpu() if self.return_logprobs else torch.zeros(tokens.shape)
         device = _device(model)
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
