@@ -3,6 +3,7 @@
 import sys
 
 from ppokit.args import parse_cli
+from ppokit.engine import shutdown_distributed
 from ppokit.errors import PpokitError, exit_with_sentence
 
 
@@ -19,3 +20,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    shutdown_distributed()  # the process exits next: leave the process group cleanly

@@ -21,6 +21,7 @@ from ppokit.args.arguments import Arguments
 from ppokit.args.cli import resolved_config
 from ppokit.args.loader import load_arguments
 from ppokit.args.verl import VerlTranslation, read_verl_yaml, split_argv, translate_verl, verl_defaults
+from ppokit.engine import shutdown_distributed
 
 USAGE = """usage: python -m ppokit.main_ppo [--config-path DIR --config-name NAME] key=value ... [--print_config]
 
@@ -159,4 +160,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    shutdown_distributed()  # the process exits next: leave the process group cleanly
+    sys.exit(code)

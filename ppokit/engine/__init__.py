@@ -19,6 +19,7 @@ from ppokit.engine.distributed import (
     init_distributed,
     is_distributed,
     rank,
+    shutdown_distributed,
     world_size,
 )
 from ppokit.engine.engines import backward_and_step, build_engine, current_lr, micro_batch_backward
@@ -37,6 +38,7 @@ __all__ = [
     "free_port",
     "init_distributed",
     "is_distributed",
+    "shutdown_distributed",
     "make_lr_lambda",
     "micro_batch_backward",
     "rank",

@@ -74,6 +74,17 @@ def barrier() -> None:
         dist.barrier()
 
 
+def shutdown_distributed() -> None:
+    """Leave the process group before a launched process exits: gloo's threads torn down during
+    interpreter exit can abort a rank ("terminate called without an active exception"). Not for a
+    notebook, whose session may step again after train()."""
+    import torch.distributed as dist
+
+    if is_distributed():
+        barrier()
+        dist.destroy_process_group()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
