@@ -420,10 +420,6 @@ def resume_from(session, path: Path) -> Path:
 # ------------------------------------------------------------------ before training
 
 
-def _numel(p) -> int:
-    return int(getattr(p, "ds_numel", 0) or p.numel())
-
-
 def checkpoint_bytes(session) -> int:
     """About the disk one checkpoint takes: the HF copy, DeepSpeed's module and two Adam moments of the
     trainable weights (actor and critic); with save_strategy "no", just the final HF model."""
@@ -431,9 +427,9 @@ def checkpoint_bytes(session) -> int:
     engines = [st.policy.engine] + ([st.critic.engine] if st.critic is not None else [])
     total = 0
     for engine in engines:
-        params = list(engine.module.parameters())
-        weights = sum(_numel(p) * p.element_size() for p in params)
-        trainable = sum(_numel(p) * 4 for p in params if p.requires_grad)
+        params = [(int(getattr(p, "ds_numel", 0) or p.numel()), p) for p in engine.module.parameters()]  # ZeRO-3 too
+        weights = sum(n * p.element_size() for n, p in params)
+        trainable = sum(n * 4 for n, p in params if p.requires_grad)
         if args.save_strategy == "no":
             total += weights
         elif args.ignore_save_lr_and_optim:

@@ -275,6 +275,20 @@ class Load:
 # ---------------------------------------------------------------- the app
 
 
+def _answer_errors_as_json(app: FastAPI) -> None:
+    """Every error, expected or not, answers with PaddleNLP's body (its client reads error_code/error_msg)."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        return JSONResponse({"error_code": exc.status_code, "error_msg": str(exc.detail)},
+                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        return JSONResponse({"error_code": 500, "error_msg": f"the server failed: {type(exc).__name__}: {exc}"},
+                            status_code=500)
+
+
 def create_app(scorer: Scorer, token: str | None = None, max_batch: int = DEFAULT_MAX_BATCH,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
                max_queue: int = DEFAULT_MAX_QUEUE, max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> FastAPI:
@@ -289,16 +303,7 @@ def create_app(scorer: Scorer, token: str | None = None, max_batch: int = DEFAUL
     metrics = Metrics()
     app.state.metrics = metrics
     load = Load(max_concurrent, max_queue, request_timeout)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException):
-        return JSONResponse({"error_code": exc.status_code, "error_msg": str(exc.detail)},
-                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):  # PaddleNLP's client reads error_code/error_msg
-        return JSONResponse({"error_code": 500, "error_msg": f"the server failed: {type(exc).__name__}: {exc}"},
-                            status_code=500)
+    _answer_errors_as_json(app)
 
     async def score(items: list[dict]) -> list[tuple[float, dict]]:
         if load.saturated():
