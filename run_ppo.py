@@ -3,7 +3,6 @@
 import sys
 
 from ppokit.args import parse_cli
-from ppokit.engine import shutdown_distributed
 from ppokit.errors import PpokitError, exit_with_sentence
 
 
@@ -16,6 +15,13 @@ def main() -> None:
         Session(args).train()
     except PpokitError as exc:  # a user's mistake or a failed reward source: a sentence, no traceback
         exit_with_sentence(exc)
+
+
+def shutdown_distributed() -> None:
+    """Leave the process group before the process exits (imported here: --print_config must not import torch)."""
+    from ppokit.engine import shutdown_distributed as leave
+
+    leave()
 
 
 if __name__ == "__main__":

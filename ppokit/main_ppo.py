@@ -21,7 +21,6 @@ from ppokit.args.arguments import Arguments
 from ppokit.args.cli import resolved_config
 from ppokit.args.loader import load_arguments
 from ppokit.args.verl import VerlTranslation, read_verl_yaml, split_argv, translate_verl, verl_defaults
-from ppokit.engine import shutdown_distributed
 
 USAGE = """usage: python -m ppokit.main_ppo [--config-path DIR --config-name NAME] key=value ... [--print_config]
 
@@ -161,5 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
+    from ppokit.engine import shutdown_distributed  # here: --print_config must not import torch
+
     shutdown_distributed()  # the process exits next: leave the process group cleanly
     sys.exit(code)
