@@ -3,8 +3,9 @@
 Logits of a language model are (B, T, V) with V ~ 50k-150k, often bf16. A float32 copy of all
 of them (and the softmax autograd keeps for backward) is the largest tensor of an update step.
 These functions walk T in chunks of ``chunk_size`` positions, upcast one chunk at a time, and
-wrap each chunk in activation checkpointing when a gradient is needed, so at most one chunk's
-float32 (B, chunk, V) temporaries are alive at once, in forward and in backward.
+wrap each chunk in activation checkpointing when a gradient is needed and the chunk makes a copy
+(an upcast or a temperature), so at most one chunk's float32 (B, chunk, V) temporaries are alive at
+once, in forward and in backward.
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ def _run(fn, needs_grad: bool, *args):
     return fn(*args)
 
 
+def _copies_logits(logits: torch.Tensor, temperature: float) -> bool:
+    """Whether the log-prob pass makes a (B, C, V) copy that backward would keep: an upcast or a division by
+    the temperature. Without one, autograd keeps only the logits (alive anyway) and the logsumexp, so
+    checkpointing would only recompute the logsumexp in backward for nothing."""
+    return logits.dtype not in (torch.float32, torch.float64) or temperature != 1.0
+
+
 def _check_chunk(logits: torch.Tensor, chunk_size: int) -> None:
     """Validate shapes: logits (B, T, V), chunk_size >= 1."""
     if logits.dim() != 3:
@@ -89,11 +97,11 @@ def token_logprobs(
     _check_chunk(logits, chunk_size)
     if labels.shape != logits.shape[:2]:
         raise ValueError(f"labels shape {tuple(labels.shape)} != logits (B, T) {tuple(logits.shape[:2])}")
-    needs_grad = torch.is_grad_enabled() and logits.requires_grad
+    recompute = torch.is_grad_enabled() and logits.requires_grad and _copies_logits(logits, temperature)
     ignore = labels < 0
     safe = labels.clamp_min(0).long()
     pieces = [
-        _run(_chunk_logprobs, needs_grad, logits[:, s : s + chunk_size], safe[:, s : s + chunk_size], temperature)
+        _run(_chunk_logprobs, recompute, logits[:, s : s + chunk_size], safe[:, s : s + chunk_size], temperature)
         for s in range(0, logits.shape[1], chunk_size)
     ]
     out = torch.cat(pieces, dim=1) if pieces else _upcast(logits).new_zeros(labels.shape)
@@ -132,10 +140,10 @@ def token_logprobs_and_entropy(
     if logits.shape[1] == 0:
         empty = _upcast(logits).new_zeros(labels.shape)
         return empty, empty.clone()
-    needs_grad = torch.is_grad_enabled() and logits.requires_grad
+    recompute = torch.is_grad_enabled() and logits.requires_grad and _copies_logits(logits, temperature)
     safe = labels.clamp_min(0).long()
     pieces = [
-        _run(_chunk_logprobs_entropy, needs_grad, logits[:, s : s + chunk_size], safe[:, s : s + chunk_size], temperature)
+        _run(_chunk_logprobs_entropy, recompute, logits[:, s : s + chunk_size], safe[:, s : s + chunk_size], temperature)
         for s in range(0, logits.shape[1], chunk_size)
     ]
     logp = torch.cat([p[0] for p in pieces], dim=1).masked_fill(labels < 0, 0.0)

@@ -39,6 +39,8 @@ ALIASES = {
 }
 # Candidates for a dedicated padding token, in order of preference (must differ from eos).
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "<|finetune_right_pad_id|>", "<|endoftext|>")
+# Plain transformers decoders whose forward ppokit drives itself (its decoding loop, packed prompts).
+KNOWN_DECODER_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ppokit.models.loading import KNOWN_DECODER_TYPES
+
 ATTENTION = "ppokit_decode"
-SUPPORTED_MODEL_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
 
 
 class KVCache:
@@ -82,7 +83,7 @@ def _register_attention() -> None:
 def supports_fast_decode(model) -> bool:
     """Whether `decode` can drive `model` (a plain transformers decoder of a known family)."""
     config = getattr(model, "config", None)
-    return getattr(config, "model_type", None) in SUPPORTED_MODEL_TYPES and not hasattr(model, "peft_config")
+    return getattr(config, "model_type", None) in KNOWN_DECODER_TYPES and not hasattr(model, "peft_config")
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Forward passes over rollout batches: response log-probs, entropies and values.
 
 Only the response positions go through the LM head (`logits_to_keep`), so a 49k-token vocabulary
-costs (B, R, V) and never (B, P + R, V).
+costs (B, R, V) and never (B, P + R, V); rows that share a prompt go through the model packed, the prompt once (packing.py).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import torch
 from ppokit.algos.logprobs import entropy_from_logits, token_logprobs, token_logprobs_and_entropy
 from ppokit.models.loading import autocast_context
 from ppokit.training.batch import RolloutBatch
+from ppokit.training.packing import can_pack, pack_by_prompt
 
 
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -20,7 +21,20 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def response_logits(model, batch: RolloutBatch) -> torch.Tensor:
-    """(B, R, V) next-token logits at the positions that predict each response token."""
+    """(N, V) next-token logits at the positions that predict the N real response tokens (response_mask's
+    ones, row by row); padding never reaches the vocabulary-wide work that follows.
+
+    When rows share a prompt (GRPO's `rollout_n` samples) they go through the model packed, one row per
+    prompt (`packing.pack_by_prompt`): the same hidden states for a fraction of the work. Otherwise the
+    whole rows go through once.
+    """
+    if can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len):
+        return packed_response_logits(model, batch)
+    return full_response_logits(model, batch)
+
+
+def full_response_logits(model, batch: RolloutBatch) -> torch.Tensor:
+    """`response_logits` by one forward over the whole (B, P + R) rows."""
     R = batch.response_mask.shape[1]
     out = model(
         input_ids=batch.input_ids,
@@ -29,25 +43,48 @@ def response_logits(model, batch: RolloutBatch) -> torch.Tensor:
         logits_to_keep=R + 1,
         use_cache=False,
     )
-    return out.logits[:, :-1, :]
+    return out.logits[:, :-1, :][batch.response_mask.bool().to(out.logits.device)]
+
+
+def packed_response_logits(model, batch: RolloutBatch) -> torch.Tensor:
+    """`response_logits` by one forward over the rows packed by prompt; only the kept columns (the last
+    prompt position onward) go through the LM head, then each response token's row is gathered."""
+    packed = pack_by_prompt(batch.input_ids, batch.attention_mask, batch.response_mask, batch.prompt_len)
+    out = model(
+        input_ids=packed.input_ids,
+        attention_mask=packed.attention_mask,
+        position_ids=packed.position_ids,
+        logits_to_keep=packed.keep,
+        use_cache=False,
+    )
+    logits = out.logits
+    index = packed.logit_index[batch.response_mask.bool().to(packed.logit_index.device)]
+    return logits.reshape(-1, logits.shape[-1])[index.to(logits.device)]
 
 
 def policy_forward(model, batch: RolloutBatch, chunk_size: int, entropy: str, compute_dtype, device,
                    temperature: float = 1.0):
-    """Response log-probs (B, R) and entropies (B, R) or None of `model` on `batch`.
+    """Response log-probs (B, R) and entropies (B, R) or None of `model` on `batch`; 0 at padding.
 
     entropy: "grad" (differentiable), "detached" (for logging only) or "none".
     """
-    labels = batch.input_ids[:, batch.prompt_len :]
+    real = batch.response_mask.bool()
+    labels = batch.input_ids[:, batch.prompt_len :][real.to(batch.input_ids.device)][None]  # (1, N)
     with autocast_context(compute_dtype, device):
-        logits = response_logits(model, batch)
+        logits = response_logits(model, batch)[None]  # (1, N, V)
     # Log-probs of the distribution that was sampled from (logits / temperature), as verl does.
     t = temperature if temperature and temperature > 0 else 1.0
     if entropy == "detached":  # logged only: from the same float32 chunks as the log-probs
-        return token_logprobs_and_entropy(logits, labels, chunk_size=chunk_size, temperature=t)
-    logp = token_logprobs(logits, labels, chunk_size=chunk_size, temperature=t)
-    ent = entropy_from_logits(logits, chunk_size=chunk_size, temperature=t) if entropy == "grad" else None
-    return logp, ent
+        logp, ent = token_logprobs_and_entropy(logits, labels, chunk_size=chunk_size, temperature=t)
+    else:
+        logp = token_logprobs(logits, labels, chunk_size=chunk_size, temperature=t)
+        ent = entropy_from_logits(logits, chunk_size=chunk_size, temperature=t) if entropy == "grad" else None
+
+    def per_row(values: torch.Tensor) -> torch.Tensor:  # (1, N) -> (B, R), zeros at padding
+        return torch.zeros(real.shape, dtype=values.dtype, device=values.device).masked_scatter(
+            real.to(values.device), values[0])
+
+    return per_row(logp), None if ent is None else per_row(ent)
 
 
 @torch.no_grad()

@@ -75,11 +75,20 @@ def chunks(n: int, size: int) -> list[list[int]]:
     return [list(range(i, min(i + size, n))) for i in range(0, n, max(size, 1))]
 
 
-def length_sorted_chunks(attention_mask: torch.Tensor, size: int) -> list[list[int]]:
+def length_sorted_chunks(attention_mask: torch.Tensor, size: int, group_ids: torch.Tensor | None = None) -> list[list[int]]:
     """Index lists of at most `size` rows, rows ordered by length (attention_mask (b, L) sums), so each
-    trimmed micro-batch carries little padding. The losses use the mini-batch's denominators, so how
-    rows are grouped does not change the summed gradient."""
-    order = torch.argsort(attention_mask.sum(1), stable=True).tolist()
+    trimmed micro-batch carries little padding. With `group_ids` (b,), the rows of one prompt stay
+    together (the forward computes a shared prompt once per micro-batch), groups ordered by their
+    longest row. The losses use the mini-batch's denominators, so how rows are grouped does not change
+    the summed gradient."""
+    lengths = attention_mask.sum(1)
+    order = torch.argsort(lengths, stable=True)
+    if group_ids is not None:
+        _, group = torch.unique(group_ids, return_inverse=True)
+        longest = torch.zeros(int(group.max()) + 1, dtype=lengths.dtype).scatter_reduce(0, group, lengths, "amax")
+        for key in (group, longest[group]):  # successive stable sorts: by longest row, then group, then length
+            order = order[torch.argsort(key[order], stable=True)]
+    order = order.tolist()
     return [order[i : i + max(size, 1)] for i in range(0, len(order), max(size, 1))]
 
 
@@ -110,7 +119,7 @@ def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, pref
         for mini_idx in chunks(len(batch), plan.mini_batch_sequences_per_rank):
             mini = batch.select(mini_idx)
             denoms = minibatch_denominators(mini.response_mask)
-            micro = length_sorted_chunks(mini.attention_mask, plan.micro_batch_size)
+            micro = length_sorted_chunks(mini.attention_mask, plan.micro_batch_size, mini.group_ids)
             for k, idx in enumerate(micro):
                 # Forward through the engine, not engine.module: ZeRO-3 counts micro-steps in the engine's
                 # forward and would otherwise overwrite, not accumulate, the micro-batches' gradients.

@@ -55,8 +55,10 @@ def test_micro_batches_give_the_same_update(tiny_model_path, prompts_file, tmp_p
     big.update(batch)
     small.update(batch)
     pb, ps = params(big), params(small)
+    # Adam's first step moves each parameter by lr * g / (|g| + eps) with lr 1e-3: where |g| is near eps, float
+    # rounding of g (micro-batches pack and sum in another order) shows as a few percent of lr.
     for k in pb:
-        torch.testing.assert_close(pb[k], ps[k], atol=1e-5, rtol=0)
+        torch.testing.assert_close(pb[k], ps[k], atol=3e-5, rtol=0)
 
 
 def test_kl_is_zero_at_first_step(tiny_model_path, prompts_file, tmp_path):

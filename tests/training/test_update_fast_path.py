@@ -1,5 +1,6 @@
-"""The update's speed levers (length-sorted, trimmed micro-batches; entropy fused into the log-prob
-pass) give the loss and gradients of the straightforward path: one untrimmed batch, separate passes."""
+"""The update's speed levers (length-sorted, trimmed micro-batches that keep a prompt's rows together; a
+shared prompt computed once; entropy fused into the log-prob pass) give the loss and gradients of the
+straightforward path: one untrimmed batch, whole rows, separate passes."""
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from ppokit.models.loading import autocast_context
 from ppokit.testing import tiny_causal_lm, tiny_tokenizer
 from ppokit.training.actor import actor_loss
 from ppokit.training.batch import build_batch
-from ppokit.training.forward import response_logits
+from ppokit.training.forward import full_response_logits, packed_response_logits
+from ppokit.training.packing import block_mask, can_pack, pack_by_prompt
 from ppokit.training.update import LossConfig, length_sorted_chunks, minibatch_denominators
 
 
@@ -28,11 +30,20 @@ def make_batch(tok):
     return batch
 
 
+def whole_rows_logits(model, batch):
+    """(B, R, V) logits of every response column, padding included, from whole rows."""
+    R = batch.response_mask.shape[1]
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp_min(0)
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions,
+                logits_to_keep=R + 1, use_cache=False)
+    return out.logits[:, :-1]
+
+
 def straightforward_loss(model, batch, args, compute_dtype):
     """One untrimmed micro-batch, log-probs and (logged) entropy in separate passes: the reference."""
     labels = batch.input_ids[:, batch.prompt_len :]
     with autocast_context(compute_dtype, "cpu"):
-        logits = response_logits(model, batch)
+        logits = whole_rows_logits(model, batch)
     logp = token_logprobs(logits, labels, chunk_size=args.chunk_size)
     entropy = entropy_from_logits(logits.detach(), chunk_size=args.chunk_size)
     mask = batch.response_mask
@@ -57,9 +68,11 @@ def test_sorted_trimmed_micro_batches_give_the_same_loss_and_gradient(compute_dt
     ref_grads = torch.autograd.grad(ref_loss, list(model.parameters()))
 
     denoms = minibatch_denominators(batch.response_mask)
-    micro = length_sorted_chunks(batch.attention_mask, 4)
+    micro = length_sorted_chunks(batch.attention_mask, 4, batch.group_ids)
     assert sorted(i for idx in micro for i in idx) == list(range(len(batch)))
     assert [len(idx) for idx in micro] == [4, 4, 1]
+    assert all(can_pack(model, p.input_ids, p.attention_mask, p.prompt_len)
+               for p in (batch.select(idx).trimmed() for idx in micro[:2]))
     total, entropy = 0.0, 0.0
     grads = [torch.zeros_like(p) for p in model.parameters()]
     for idx in micro:
@@ -81,3 +94,73 @@ def test_length_sorted_chunks_group_rows_of_similar_length():
         mask[row, :n] = 1
     assert length_sorted_chunks(mask, 2) == [[5, 1], [3, 2], [0, 4]]
     assert length_sorted_chunks(mask, 16) == [[5, 1, 3, 2, 0, 4]]
+
+
+def test_length_sorted_chunks_keep_a_prompts_rows_together():
+    mask = torch.zeros(6, 10, dtype=torch.long)
+    for row, n in enumerate([9, 2, 7, 3, 10, 1]):
+        mask[row, :n] = 1
+    groups = torch.tensor([7, 7, 3, 3, 5, 5])
+    # groups by their longest row (3: 7, 7: 9, 5: 10), rows by length within a group
+    assert length_sorted_chunks(mask, 2, groups) == [[3, 2], [1, 0], [5, 4]]
+    assert length_sorted_chunks(mask, 4, groups) == [[3, 2, 1, 0], [5, 4]]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_rows_packed_by_prompt_give_the_logits_and_gradients_of_whole_rows(arch):
+    tok = tiny_tokenizer()
+    model = tiny_causal_lm(tok, arch=arch, seed=0)
+    model.train()
+    batch = make_batch(tok)
+    batch.response_mask[4, 1:] = 0  # a row with one response token
+    assert can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    reference = whole_rows_logits(model, batch)[batch.response_mask.bool()]  # (N, V) real tokens
+    full = full_response_logits(model, batch)
+    packed = packed_response_logits(model, batch)
+    assert packed.shape == full.shape == reference.shape
+    torch.testing.assert_close(full, reference)
+    torch.testing.assert_close(packed, full, rtol=1e-5, atol=1e-5)
+    params = list(model.parameters())
+    weights = torch.randn(full.shape, generator=torch.Generator().manual_seed(1))
+    for g, r in zip(torch.autograd.grad((packed * weights).sum(), params),
+                    torch.autograd.grad((full * weights).sum(), params)):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4 * float(r.abs().max()) + 1e-7)
+
+
+def test_packing_layout_by_hand():
+    # two rows of prompt [5, 6] (one left-padded column), one row of prompt [7, 8, 9]; responses 2, 1, 3 tokens
+    input_ids = torch.tensor([[0, 5, 6, 11, 12, 0], [0, 5, 6, 13, 0, 0], [7, 8, 9, 14, 15, 16]])
+    attention = torch.tensor([[0, 1, 1, 1, 1, 0], [0, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+    response_mask = torch.tensor([[1.0, 1, 0], [1, 0, 0], [1, 1, 1]])
+    packed = pack_by_prompt(input_ids, attention, response_mask, 3)
+    # unique prompts sort as [0, 5, 6 | 0, 1, 1] before [7, 8, 9 | 1, 1, 1]
+    assert packed.input_ids.tolist() == [[0, 5, 6, 11, 12, 13], [7, 8, 9, 14, 15, 16]]
+    assert packed.position_ids.tolist() == [[0, 0, 1, 2, 3, 2], [0, 1, 2, 3, 4, 5]]
+    assert packed.keep == 4  # the last prompt column and 3 response columns
+    assert packed.logit_index.tolist() == [[0, 1, 0], [0, 0, 0], [4, 5, 6]]
+    m = packed.attention_mask[0, 0].int().tolist()
+    assert m[0] == [1, 0, 0, 0, 0, 0]  # left padding: only itself
+    assert m[2] == [0, 1, 1, 0, 0, 0]  # prompt: prompt up to itself
+    assert m[4] == [0, 1, 1, 1, 1, 0]  # response 1, token 2: prompt and its own first token
+    assert m[5] == [0, 1, 1, 0, 0, 1]  # response 2: prompt and itself, not response 1
+
+
+def test_block_mask_keeps_responses_apart():
+    segment = torch.tensor([[-2, -1, -1, 0, 0, 1, 1, -2]])
+    m = block_mask(segment)[0, 0]
+    assert m[6].tolist() == [False, True, True, False, False, True, True, False]
+    assert m[7].tolist() == [False] * 7 + [True]
+
+
+def test_rows_are_not_packed_when_it_saves_nothing_or_the_attention_would_ignore_the_mask():
+    tok = tiny_tokenizer()
+    model = tiny_causal_lm(tok, seed=0)
+    batch = make_batch(tok)
+    assert can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    three = batch.select([0, 3, 6])  # three different prompts
+    assert not can_pack(model, three.input_ids, three.attention_mask, three.prompt_len)
+    model.config._attn_implementation = "eager"
+    assert not can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    model.config._attn_implementation = "sdpa"
+    model.config.sliding_window = 4
+    assert not can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
