@@ -52,11 +52,12 @@ def learning_curve(steps: list[dict], target: float = 0.9, window: int = 5) -> d
     return out
 
 
-def update_flop(non_embedding_params: int, head_params: int, trained_tokens: int, response_tokens: int) -> float:
-    """Forward + backward FLOP of one update ≈ 6 · params · tokens: the transformer body sees every
-    (unpadded) token, the LM head only the response positions (`logits_to_keep`). Attention's
-    quadratic term is left out (≈1 % at these lengths)."""
-    return 6.0 * (non_embedding_params * trained_tokens + head_params * response_tokens)
+def update_flop(non_embedding_params: int, head_params: int, computed_tokens: int, response_tokens: int) -> float:
+    """Forward + backward FLOP of one update ≈ 6 · params · tokens: the transformer body sees every token
+    the trainer computes (unpadded; ppokit's packed rows carry a shared prompt once), the LM head only the
+    response positions. Attention's quadratic term is left out (≈1 % at these lengths). So the share of
+    the matmul peak measures how well the hardware is used, not how much work was skipped."""
+    return 6.0 * (non_embedding_params * computed_tokens + head_params * response_tokens)
 
 
 def format_table(results: dict[str, dict]) -> str:

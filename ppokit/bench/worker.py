@@ -34,6 +34,17 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+def computed_tokens(model, batch) -> int:
+    """Tokens the update's forward actually runs: with rows packed by prompt, each distinct prompt once
+    plus every response token; otherwise every real token of every row (what TRL runs)."""
+    from ppokit.training.packing import can_pack, unique_prompts
+
+    if not can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len):
+        return int(batch.attention_mask.sum())
+    _, prompt_mask, _ = unique_prompts(batch.input_ids, batch.attention_mask, batch.prompt_len)
+    return int(prompt_mask.sum()) + int(batch.response_mask.sum())
+
+
 def run_ppokit(spec: dict) -> list[dict]:
     """Steps through the real `Session` (the one trainer), timings from its own `timing/*` metrics."""
     from ppokit.bench.summary import finish_row, param_counts, update_flop
@@ -49,6 +60,7 @@ def run_ppokit(spec: dict) -> list[dict]:
         batch = session.last_batch
         generated = int(batch.response_mask.sum())
         trained = int(batch.attention_mask.sum())
+        computed = computed_tokens(session.model, batch)
         row = {
             "rollout_s": m["timing/rollout_s"],
             "reference_s": m.get("timing/ref_s", 0.0),
@@ -58,7 +70,8 @@ def run_ppokit(spec: dict) -> list[dict]:
             "step_s": m["timing/step_s"],
             "generated_tokens": generated,
             "trained_tokens": trained,
-            "update_flop": update_flop(body, head, trained, generated),
+            "computed_tokens": computed,
+            "update_flop": update_flop(body, head, computed, generated),
             "reward": m["reward/mean"],
         }
         steps.append(finish_row(row))
