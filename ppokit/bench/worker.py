@@ -39,7 +39,7 @@ def computed_tokens(model, batch) -> int:
     plus every response token; otherwise every real token of every row (what TRL runs)."""
     from ppokit.training.packing import can_pack, unique_prompts
 
-    if not can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len):
+    if not can_pack(model, batch):
         return int(batch.attention_mask.sum())
     _, prompt_mask, _ = unique_prompts(batch.input_ids, batch.attention_mask, batch.prompt_len)
     return int(prompt_mask.sum()) + int(batch.response_mask.sum())

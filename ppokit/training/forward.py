@@ -1,7 +1,8 @@
 """Forward passes over rollout batches: response log-probs, entropies and values.
 
-Only the response positions go through the LM head (`logits_to_keep`), so a 49k-token vocabulary
-costs (B, R, V) and never (B, P + R, V); rows that share a prompt go through the model packed, the prompt once (packing.py).
+Only the response positions go through the LM head (`logits_to_keep`), and only the N real response
+tokens reach the log-softmax, so a 49k-token vocabulary costs (N, V), never (B, P + R, V). Rows that
+share a prompt go through the model packed, the prompt once (packing.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def response_logits(model, batch: RolloutBatch) -> torch.Tensor:
     prompt (`packing.pack_by_prompt`): the same hidden states for a fraction of the work. Otherwise the
     whole rows go through once.
     """
-    if can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len):
+    if can_pack(model, batch):
         return packed_response_logits(model, batch)
     return full_response_logits(model, batch)
 

@@ -22,6 +22,8 @@ import torch
 
 from ppokit.models.loading import KNOWN_DECODER_TYPES
 
+MAX_PACKED_LEN = 2048  # longest packed row (prompt + a prompt's responses) worth a dense L x L mask
+
 
 @dataclass(frozen=True)
 class PackedRows:
@@ -43,9 +45,12 @@ def unique_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt
     return unique[:, :P], unique[:, P:].to(attention_mask.dtype), inverse
 
 
-def can_pack(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> bool:
-    """Whether packing applies to `model` (a DeepSpeed engine or PEFT wrapper allowed) and saves work:
-    a known decoder family under SDPA, no sliding window shorter than the rows, and a repeated prompt."""
+def can_pack(model, batch) -> bool:
+    """Whether packing `batch` (a RolloutBatch) applies to `model` (a DeepSpeed engine or PEFT wrapper
+    allowed) and saves work: a
+    known decoder family under SDPA, no sliding window shorter than the rows, a repeated prompt, and packed
+    rows no longer than MAX_PACKED_LEN (the mask is L x L, and long rows make attention, not the
+    matmuls, the cost: long-context runs keep whole rows)."""
     module = getattr(model, "module", model)  # a DeepSpeed engine's model
     config = getattr(module, "config", None)
     if getattr(config, "model_type", None) not in KNOWN_DECODER_TYPES:
@@ -53,11 +58,16 @@ def can_pack(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, promp
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return False
     window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
-    if window is not None and input_ids.shape[1] > window:
+    if window is not None and batch.input_ids.shape[1] > window:
         return False
-    if prompt_len == 0 or len(input_ids) < 2:
+    if batch.prompt_len == 0 or len(batch) < 2:
         return False
-    return len(unique_prompts(input_ids, attention_mask, prompt_len)[0]) < len(input_ids)
+    ids, _, group = unique_prompts(batch.input_ids, batch.attention_mask, batch.prompt_len)
+    if len(ids) == len(batch):
+        return False
+    lengths = batch.response_mask.sum(1).to(group.device)
+    totals = torch.zeros(len(ids), dtype=lengths.dtype, device=group.device).index_add_(0, group, lengths)
+    return batch.prompt_len + int(totals.max()) <= MAX_PACKED_LEN
 
 
 def pack_by_prompt(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor,
@@ -66,6 +76,8 @@ def pack_by_prompt(input_ids: torch.Tensor, attention_mask: torch.Tensor, respon
 
     response_mask: (B, R) with each row's real tokens first. Rows whose response is empty take no column.
     """
+    device = input_ids.device
+    input_ids, attention_mask, response_mask = input_ids.cpu(), attention_mask.cpu(), response_mask.cpu()
     P = prompt_len
     ids_u, mask_u, group = unique_prompts(input_ids, attention_mask, P)
     lengths = response_mask.sum(1).long().tolist()
@@ -88,9 +100,8 @@ def pack_by_prompt(input_ids: torch.Tensor, attention_mask: torch.Tensor, respon
         ids[g, cols] = input_ids[r, P : P + n]
         segment[g, cols] = r
         positions[g, cols] = prompt_lengths[g] + torch.arange(n)
-    return PackedRows(ids.to(input_ids.device), block_mask(segment).to(input_ids.device),
-                      positions.to(input_ids.device), logit_rows(group, offsets, lengths, response_mask.shape[1], K)
-                      .to(input_ids.device), K)
+    return PackedRows(ids.to(device), block_mask(segment).to(device), positions.to(device),
+                      logit_rows(group, offsets, lengths, response_mask.shape[1], K).to(device), K)
 
 
 def block_mask(segment: torch.Tensor) -> torch.Tensor:
@@ -115,4 +126,4 @@ def logit_rows(group: torch.Tensor, offsets: list[int], lengths: list[int], R: i
     start = torch.tensor(offsets, dtype=torch.long)[:, None]
     column = torch.where(j == 0, 0, start + j)
     column = torch.where(j < torch.tensor(lengths)[:, None], column, 0)
-    return group[:, None].cpu() * K + column
+    return group[:, None] * K + column

@@ -11,6 +11,7 @@ from ppokit.algos.reduce import reduce_loss
 from ppokit.args import load_arguments
 from ppokit.models.loading import autocast_context
 from ppokit.testing import tiny_causal_lm, tiny_tokenizer
+from ppokit.training import packing
 from ppokit.training.actor import actor_loss
 from ppokit.training.batch import build_batch
 from ppokit.training.forward import full_response_logits, packed_response_logits
@@ -71,7 +72,7 @@ def test_sorted_trimmed_micro_batches_give_the_same_loss_and_gradient(compute_dt
     micro = length_sorted_chunks(batch.attention_mask, 4, batch.group_ids)
     assert sorted(i for idx in micro for i in idx) == list(range(len(batch)))
     assert [len(idx) for idx in micro] == [4, 4, 1]
-    assert all(can_pack(model, p.input_ids, p.attention_mask, p.prompt_len)
+    assert all(can_pack(model, p)
                for p in (batch.select(idx).trimmed() for idx in micro[:2]))
     total, entropy = 0.0, 0.0
     grads = [torch.zeros_like(p) for p in model.parameters()]
@@ -113,7 +114,7 @@ def test_rows_packed_by_prompt_give_the_logits_and_gradients_of_whole_rows(arch)
     model.train()
     batch = make_batch(tok)
     batch.response_mask[4, 1:] = 0  # a row with one response token
-    assert can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    assert can_pack(model, batch)
     reference = whole_rows_logits(model, batch)[batch.response_mask.bool()]  # (N, V) real tokens
     full = full_response_logits(model, batch)
     packed = packed_response_logits(model, batch)
@@ -152,15 +153,20 @@ def test_block_mask_keeps_responses_apart():
     assert m[7].tolist() == [False] * 7 + [True]
 
 
-def test_rows_are_not_packed_when_it_saves_nothing_or_the_attention_would_ignore_the_mask():
+def test_rows_are_not_packed_when_it_saves_nothing_or_the_attention_would_ignore_the_mask_or_rows_get_long():
     tok = tiny_tokenizer()
     model = tiny_causal_lm(tok, seed=0)
     batch = make_batch(tok)
-    assert can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    assert can_pack(model, batch)
     three = batch.select([0, 3, 6])  # three different prompts
-    assert not can_pack(model, three.input_ids, three.attention_mask, three.prompt_len)
+    assert not can_pack(model, three)
     model.config._attn_implementation = "eager"
-    assert not can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    assert not can_pack(model, batch)
     model.config._attn_implementation = "sdpa"
     model.config.sliding_window = 4
-    assert not can_pack(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    assert not can_pack(model, batch)
+    model.config.sliding_window = None
+    assert can_pack(model, batch)
+    with pytest.MonkeyPatch.context() as patch:  # a packed row would be longer than a dense mask is worth
+        patch.setattr(packing, "MAX_PACKED_LEN", batch.prompt_len + 20)
+        assert not can_pack(model, batch)  # the longest prompt's responses: 9 + 4 + 12 = 25 tokens
