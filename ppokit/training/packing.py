@@ -1,14 +1,17 @@
-"""A prompt's rows packed into one: the prompt once, then its responses back to back, under a block mask.
+"""Rows packed by prompt: each prompt once, then its responses back to back, under a block mask.
 
 GRPO samples `rollout_n` responses per prompt, and the prompt is most of each sequence (44 of ~64
-tokens in the default work). One packed row per distinct prompt,
+tokens in the default work). Packed rows hold whole groups, back to back,
 
-    [left padding | prompt | response 1 | response 2 | ... | response n | right padding],
+    [prompt A | A's response 1 | ... | A's response n | prompt B | B's responses ... | padding],
 
-with a mask under which every response token sees the prompt and its own response's earlier tokens —
-exactly the context it has in its own row — and positions that restart after the prompt for every
-response, gives each token the hidden states it gets in its own row. The prompt is computed once per
-micro-batch instead of n times, and responses carry no padding but the last row's.
+with a mask under which every response token sees its own prompt and its own response's earlier tokens
+— exactly the context it has in its own row — and positions that restart after the prompt for every
+response, so each token gets the hidden states it gets in its own row. A prompt is computed once per
+micro-batch instead of n times, and padding is only what is left at the end of a packed row: groups
+are placed first-fit-decreasing into rows as long as the longest group (short groups share a row).
+Longer rows measured slower (docs/performance.md): the LM head runs on every row's kept columns and
+attention's dense L x L mask grows.
 
 Only for decoder families whose attention takes such a mask as given (transformers returns a 4D mask
 as-is) and attention implemented by SDPA; anything else runs whole rows (`forward.full_response_logits`).
@@ -22,12 +25,13 @@ import torch
 
 from ppokit.models.loading import KNOWN_DECODER_TYPES
 
-MAX_PACKED_LEN = 2048  # longest packed row (prompt + a prompt's responses) worth a dense L x L mask
+MAX_PACKED_LEN = 2048  # longest group (prompt + its responses) worth a dense L x L mask
 
 
 @dataclass(frozen=True)
 class PackedRows:
-    """G packed rows of L columns; K = L - P + 1 kept logit columns (the last prompt position onward)."""
+    """G packed rows of L columns; the last K columns go through the LM head (from the first row prompt's last
+    token onward)."""
 
     input_ids: torch.Tensor  # (G, L)
     attention_mask: torch.Tensor  # (G, 1, L, L) bool, True = the query (dim 2) attends the key (dim 3)
@@ -71,8 +75,9 @@ def can_pack(model, batch) -> bool:
 
 
 def pack_by_prompt(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor,
-                   prompt_len: int) -> PackedRows:
-    """Pack the rows of a (B, P + R) batch (left-padded prompts, right-padded responses) by prompt.
+                   prompt_len: int, row_target: int = 0) -> PackedRows:
+    """Pack the rows of a (B, P + R) batch (left-padded prompts, right-padded responses) by prompt, into
+    rows as long as the longest group or `row_target`, whichever is longer.
 
     response_mask: (B, R) with each row's real tokens first. Rows whose response is empty take no column.
     """
@@ -80,50 +85,68 @@ def pack_by_prompt(input_ids: torch.Tensor, attention_mask: torch.Tensor, respon
     input_ids, attention_mask, response_mask = input_ids.cpu(), attention_mask.cpu(), response_mask.cpu()
     P = prompt_len
     ids_u, mask_u, group = unique_prompts(input_ids, attention_mask, P)
+    prompts = [ids_u[u][mask_u[u].bool()] for u in range(len(ids_u))]
     lengths = response_mask.sum(1).long().tolist()
-    filled = [0] * len(ids_u)
-    offsets = []
-    for g, n in zip(group.tolist(), lengths):
-        offsets.append(filled[g])
-        filled[g] += n
-    K = max(filled) + 1
-    L = P + K - 1
-    ids = torch.zeros((len(ids_u), L), dtype=input_ids.dtype)
-    ids[:, :P] = ids_u
-    segment = torch.full((len(ids_u), L), -2, dtype=torch.long)  # -1 prompt, r response of row r, -2 padding
-    segment[:, :P] = torch.where(mask_u.bool(), -1, -2)
-    positions = torch.zeros((len(ids_u), L), dtype=torch.long)
-    positions[:, :P] = (mask_u.long().cumsum(-1) - 1).clamp_min(0)
-    prompt_lengths = mask_u.long().sum(1)
-    for r, (g, start, n) in enumerate(zip(group.tolist(), offsets, lengths)):
-        cols = slice(P + start, P + start + n)
-        ids[g, cols] = input_ids[r, P : P + n]
-        segment[g, cols] = r
-        positions[g, cols] = prompt_lengths[g] + torch.arange(n)
-    return PackedRows(ids.to(device), block_mask(segment).to(device), positions.to(device),
-                      logit_rows(group, offsets, lengths, response_mask.shape[1], K).to(device), K)
+    members = [[] for _ in prompts]
+    for r, u in enumerate(group.tolist()):
+        members[u].append(r)
+    sizes = [len(prompts[u]) + sum(lengths[r] for r in members[u]) for u in range(len(prompts))]
+    bins = first_fit_decreasing(sizes, max(row_target, max(sizes)))
+    L = max(sum(sizes[u] for u in b) for b in bins)
+    ids = torch.zeros((len(bins), L), dtype=input_ids.dtype)
+    owner = torch.full((len(bins), L), -1, dtype=torch.long)  # prompt group of each column, -1 padding
+    response = torch.full((len(bins), L), -1, dtype=torch.long)  # response row of each column, -1 prompt
+    positions = torch.zeros((len(bins), L), dtype=torch.long)
+    predicts = torch.zeros(response_mask.shape, dtype=torch.long)  # (B, R) (row, column) flattened as row * L + col
+    for b, groups in enumerate(bins):
+        col = 0
+        for u in groups:
+            n = len(prompts[u])
+            cols = slice(col, col + n)
+            ids[b, cols], owner[b, cols], positions[b, cols] = prompts[u], u, torch.arange(n)
+            last_prompt, col = col + n - 1, col + n
+            for r in members[u]:
+                m = lengths[r]
+                cols = slice(col, col + m)
+                ids[b, cols], owner[b, cols], response[b, cols] = input_ids[r, P : P + m], u, r
+                positions[b, cols] = n + torch.arange(m)
+                if m:  # token 0 is predicted by the prompt's last column, token j >= 1 by token j - 1's
+                    predicts[r, :m] = b * L + torch.cat([torch.tensor([last_prompt]), torch.arange(col, col + m - 1)])
+                col += m
+    first_kept = min(len(prompts[groups[0]]) - 1 for groups in bins)  # every row starts with a prompt
+    K = L - first_kept
+    row, column = predicts // L, predicts % L - first_kept
+    logit_index = torch.where(response_mask.bool(), row * K + column, 0)
+    return PackedRows(ids.to(device), block_mask(owner, response).to(device), positions.to(device),
+                      logit_index.to(device), K)
 
 
-def block_mask(segment: torch.Tensor) -> torch.Tensor:
-    """(G, 1, L, L) bool from segment ids (G, L) (-1 prompt, r >= 0 a response, -2 padding): a prompt token
-    attends the prompt up to itself; a response token the whole prompt and its own response up to itself;
-    padding only itself (so no query row is empty)."""
-    L = segment.shape[1]
+def first_fit_decreasing(sizes: list[int], capacity: int) -> list[list[int]]:
+    """Indices of `sizes` in bins of total <= capacity (each size <= capacity): largest first, each into the
+    first bin with room."""
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        for b, left in enumerate(room):
+            if sizes[i] <= left:
+                bins[b].append(i)
+                room[b] -= sizes[i]
+                break
+        else:
+            bins.append([i])
+            room.append(capacity - sizes[i])
+    return bins
+
+
+def block_mask(owner: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
+    """(G, 1, L, L) bool from each column's prompt group (G, L) (-1 padding) and response row (G, L) (-1 for a
+    prompt token): a prompt token attends its prompt up to itself; a response token its whole prompt and
+    its own response up to itself; padding only itself (so no query row is empty)."""
+    L = owner.shape[1]
     col = torch.arange(L)
-    causal = col[:, None] >= col[None, :]  # (query, key)
-    prompt_key = (segment == -1)[:, None, :]
-    real_query = (segment != -2)[:, :, None]
-    same_response = (segment[:, :, None] == segment[:, None, :]) & (segment >= 0)[:, :, None]
-    mask = causal[None] & ((prompt_key & real_query) | same_response)
+    causal = (col[:, None] >= col[None, :])[None]  # (1, query, key)
+    same_group = (owner[:, :, None] == owner[:, None, :]) & (owner >= 0)[:, :, None]
+    visible = (response == -1)[:, None, :] | (response[:, :, None] == response[:, None, :])
+    mask = causal & same_group & visible
     mask |= torch.eye(L, dtype=torch.bool)[None]
     return mask[:, None]
-
-
-def logit_rows(group: torch.Tensor, offsets: list[int], lengths: list[int], R: int, K: int) -> torch.Tensor:
-    """(B, R) rows of the flattened kept logits: kept column 0 (the last prompt position) predicts every
-    response's first token; column start + j its token j (j >= 1). Columns past a response point at 0."""
-    j = torch.arange(R)[None]
-    start = torch.tensor(offsets, dtype=torch.long)[:, None]
-    column = torch.where(j == 0, 0, start + j)
-    column = torch.where(j < torch.tensor(lengths)[:, None], column, 0)
-    return group[:, None] * K + column

@@ -15,7 +15,7 @@ from ppokit.training import packing
 from ppokit.training.actor import actor_loss
 from ppokit.training.batch import build_batch
 from ppokit.training.forward import full_response_logits, packed_response_logits
-from ppokit.training.packing import block_mask, can_pack, pack_by_prompt
+from ppokit.training.packing import can_pack, first_fit_decreasing, pack_by_prompt
 from ppokit.training.update import LossConfig, length_sorted_chunks, minibatch_denominators
 
 
@@ -128,29 +128,52 @@ def test_rows_packed_by_prompt_give_the_logits_and_gradients_of_whole_rows(arch)
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4 * float(r.abs().max()) + 1e-7)
 
 
-def test_packing_layout_by_hand():
-    # two rows of prompt [5, 6] (one left-padded column), one row of prompt [7, 8, 9]; responses 2, 1, 3 tokens
-    input_ids = torch.tensor([[0, 5, 6, 11, 12, 0], [0, 5, 6, 13, 0, 0], [7, 8, 9, 14, 15, 16]])
-    attention = torch.tensor([[0, 1, 1, 1, 1, 0], [0, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
-    response_mask = torch.tensor([[1.0, 1, 0], [1, 0, 0], [1, 1, 1]])
-    packed = pack_by_prompt(input_ids, attention, response_mask, 3)
-    # unique prompts sort as [0, 5, 6 | 0, 1, 1] before [7, 8, 9 | 1, 1, 1]
-    assert packed.input_ids.tolist() == [[0, 5, 6, 11, 12, 13], [7, 8, 9, 14, 15, 16]]
-    assert packed.position_ids.tolist() == [[0, 0, 1, 2, 3, 2], [0, 1, 2, 3, 4, 5]]
-    assert packed.keep == 4  # the last prompt column and 3 response columns
-    assert packed.logit_index.tolist() == [[0, 1, 0], [0, 0, 0], [4, 5, 6]]
+BY_HAND = dict(  # two rows of prompt [5, 6] (one left-padded column), one of prompt [7, 8, 9]
+    input_ids=torch.tensor([[0, 5, 6, 11, 12, 0], [0, 5, 6, 13, 0, 0], [7, 8, 9, 14, 15, 16]]),
+    attention_mask=torch.tensor([[0, 1, 1, 1, 1, 0], [0, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]]),
+    response_mask=torch.tensor([[1.0, 1, 0], [1, 0, 0], [1, 1, 1]]),
+    prompt_len=3,
+)
+
+
+def test_packing_layout_by_hand_two_groups_in_one_row():
+    packed = pack_by_prompt(**BY_HAND, row_target=11)
+    # groups of 6 ([7, 8, 9] + 3) and 5 ([5, 6] + 2 + 1) tokens, largest first, into one row of 11
+    assert packed.input_ids.tolist() == [[7, 8, 9, 14, 15, 16, 5, 6, 11, 12, 13]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 2]]
+    assert packed.keep == 9  # from the first prompt's last token (column 2) on
+    assert packed.logit_index.tolist() == [[5, 6, 0], [5, 0, 0], [0, 1, 2]]
     m = packed.attention_mask[0, 0].int().tolist()
-    assert m[0] == [1, 0, 0, 0, 0, 0]  # left padding: only itself
-    assert m[2] == [0, 1, 1, 0, 0, 0]  # prompt: prompt up to itself
-    assert m[4] == [0, 1, 1, 1, 1, 0]  # response 1, token 2: prompt and its own first token
-    assert m[5] == [0, 1, 1, 0, 0, 1]  # response 2: prompt and itself, not response 1
+    assert m[3] == [1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]  # [7, 8, 9]'s response: its prompt and itself
+    assert m[6] == [0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]  # prompt [5, 6] starts afresh
+    assert m[9] == [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0]  # response 1, token 2: its prompt and its first token
+    assert m[10] == [0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1]  # response 2: its prompt and itself, not response 1
 
 
-def test_block_mask_keeps_responses_apart():
-    segment = torch.tensor([[-2, -1, -1, 0, 0, 1, 1, -2]])
-    m = block_mask(segment)[0, 0]
-    assert m[6].tolist() == [False, True, True, False, False, True, True, False]
-    assert m[7].tolist() == [False] * 7 + [True]
+def test_packing_layout_by_hand_one_group_per_row():
+    packed = pack_by_prompt(**BY_HAND)  # rows as long as the longest group: 6 + 5 does not fit in 6
+    assert packed.input_ids.tolist() == [[7, 8, 9, 14, 15, 16], [5, 6, 11, 12, 13, 0]]
+    assert packed.keep == 5  # from column 1, the shorter prompt's last token
+    assert packed.logit_index.tolist() == [[5, 6, 0], [5, 0, 0], [1, 2, 3]]
+    assert packed.attention_mask[1, 0, 5].int().tolist() == [0, 0, 0, 0, 0, 1]  # padding: only itself
+
+
+def test_first_fit_decreasing():
+    assert first_fit_decreasing([5, 9, 3, 7, 4], 12) == [[1, 2], [3, 0], [4]]
+    assert first_fit_decreasing([5, 5], 5) == [[0], [1]]
+
+
+@pytest.mark.parametrize("row_target", [0, 20, 256])
+def test_any_packing_gives_the_logits_of_whole_rows(row_target):
+    tok = tiny_tokenizer()
+    model = tiny_causal_lm(tok, seed=0)
+    batch = make_batch(tok)
+    reference = whole_rows_logits(model, batch)[batch.response_mask.bool()]
+    packed = pack_by_prompt(batch.input_ids, batch.attention_mask, batch.response_mask, batch.prompt_len, row_target)
+    out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask, position_ids=packed.position_ids,
+                logits_to_keep=packed.keep, use_cache=False).logits
+    logits = out.reshape(-1, out.shape[-1])[packed.logit_index[batch.response_mask.bool()]]
+    torch.testing.assert_close(logits, reference, rtol=1e-5, atol=1e-5)
 
 
 def test_rows_are_not_packed_when_it_saves_nothing_or_the_attention_would_ignore_the_mask_or_rows_get_long():
