@@ -51,10 +51,9 @@ def unique_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt
 
 def can_pack(model, batch) -> bool:
     """Whether packing `batch` (a RolloutBatch) applies to `model` (a DeepSpeed engine or PEFT wrapper
-    allowed) and saves work: a
-    known decoder family under SDPA, no sliding window shorter than the rows, a repeated prompt, and packed
-    rows no longer than MAX_PACKED_LEN (the mask is L x L, and long rows make attention, not the
-    matmuls, the cost: long-context runs keep whole rows)."""
+    allowed) and saves work: a known decoder family under SDPA, no sliding window shorter than the rows,
+    a repeated prompt, and no group longer than MAX_PACKED_LEN (the mask is L x L, and long rows make
+    attention, not the matmuls, the cost: long-context runs keep whole rows)."""
     module = getattr(model, "module", model)  # a DeepSpeed engine's model
     config = getattr(module, "config", None)
     if getattr(config, "model_type", None) not in KNOWN_DECODER_TYPES:
