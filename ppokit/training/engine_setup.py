@@ -8,6 +8,7 @@ warmup_ratio, weight_decay, decay_steps, recompute), as PaddleNLP copies them on
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -48,7 +49,8 @@ def zero_options(args) -> dict:
 
 def lr_schedule_spec(args, total_optimizer_steps: int, critic: bool = False) -> dict:
     """The LR schedule parameters for the actor or (with PaddleNLP's critic_* overrides) the critic."""
-    warmup = args.warmup_steps if getattr(args, "warmup_steps", 0) else int(
+    # PaddleNLP's (and Hugging Face's) get_warmup_steps: ceil(ratio x steps) when warmup_steps is not set
+    warmup = args.warmup_steps if getattr(args, "warmup_steps", 0) else math.ceil(
         option(args, "warmup_ratio", critic) * total_optimizer_steps)
     spec = dict(
         kind=option(args, "lr_scheduler_type", critic),

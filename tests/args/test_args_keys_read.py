@@ -129,6 +129,15 @@ def test_decay_steps_reaches_the_actor_schedule():
     assert lr_schedule_spec(load_arguments(overrides={"max_steps": 10}), 20)["decay_steps"] == 20
 
 
+def test_warmup_ratio_rounds_up_as_paddlenlp_does():
+    from ppokit.training.engine_setup import lr_schedule_spec
+
+    assert lr_schedule_spec(load_arguments(overrides={"warmup_ratio": 0.03}), 30)["warmup_steps"] == 1  # 0.9 -> 1
+    assert lr_schedule_spec(load_arguments(overrides={"warmup_ratio": 0.1}), 25)["warmup_steps"] == 3  # 2.5 -> 3
+    assert lr_schedule_spec(load_arguments(overrides={"warmup_ratio": 0.1, "warmup_steps": 7}), 25)["warmup_steps"] == 7
+    assert lr_schedule_spec(load_arguments(), 25)["warmup_steps"] == 0
+
+
 def test_logging_strategy():
     from ppokit.training.loop import log_due
 
