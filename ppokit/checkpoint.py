@@ -32,6 +32,7 @@ from ppokit.checkpoint_guard import (
     abandon_newer,
     optimizer_settings,
     read_state,
+    readable_on_every_rank,
     reading,
     reapply_optimizer_settings,
 )
@@ -65,7 +66,7 @@ class CheckpointError(PpokitError):
     """A checkpoint cannot be written or used (missing, incomplete, or made with different arguments)."""
 
 
-# ------------------------------------------------------------------ processes and files
+# ------------------------------------------------------------------ processes, files and RNG
 
 
 def is_rank0() -> bool:
@@ -89,9 +90,6 @@ def fsync_tree(path: Path) -> None:
             with open(os.path.join(root, name), "rb") as fh:
                 os.fsync(fh.fileno())
         fsync_dir(Path(root))
-
-
-# ------------------------------------------------------------------ RNG
 
 
 def rng_state() -> dict:
@@ -381,7 +379,9 @@ def resume_into(session, spec) -> Path:
     candidates = [path, *reversed(older)]
     for candidate in candidates[:-1]:
         try:
-            return resume_from(session, candidate)
+            if readable_on_every_rank(candidate, STATE_FILE, rank()):  # the ranks agree before any loads
+                return resume_from(session, candidate)
+            logger.warning("resume_from_checkpoint=auto skips %s: a rank cannot read it", candidate.name)
         except DamagedCheckpointError as exc:
             logger.warning("resume_from_checkpoint=auto skips %s: %s", candidate.name, exc)
     return resume_from(session, candidates[-1])

@@ -2,7 +2,8 @@
 since the checkpoint, and newer checkpoints that an older resume leaves off the run's line.
 
 - A checkpoint whose trainer_state.json, DeepSpeed state or RNG state cannot be read is a
-  `DamagedCheckpointError` naming the file; `auto` then falls back to the next older checkpoint.
+  `DamagedCheckpointError` naming the file; `auto` then falls back to the next older checkpoint, and all
+  ranks agree on which (`readable_on_every_rank`): a file damaged on one rank's view moves every rank on.
 - DeepSpeed restores the optimizer's hyper-parameters (lr, betas, eps, weight_decay) and the LR schedule's
   base value from the checkpoint. A changed `learning_rate` (or Adam key, critic ones too) would be logged as
   changed yet ignored; `reapply_optimizer_settings` puts the values the current arguments built back, and
@@ -21,6 +22,7 @@ import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ppokit.engine import all_reduce_sum, world_size
 from ppokit.errors import PpokitError
 
 logger = logging.getLogger("ppokit")
@@ -69,6 +71,22 @@ def reading(what: Path):
         raise DamagedCheckpointError(f"{what} cannot be loaded ({type(exc).__name__}: {str(exc)[:200]}); the "
                                      "checkpoint is damaged: resume from an older checkpoint-<step> or with "
                                      "'auto'") from exc
+
+
+def readable_on_every_rank(path: Path, state_file: str, rank: int) -> bool:
+    """Whether every rank finds `path`'s files whole (state JSON, its RNG state, every torch file of the
+    DeepSpeed states): each rank checks, then all agree, so no rank starts loading a checkpoint another
+    will give up on (it would wait forever in a collective). A rank's reason is logged."""
+    try:
+        read_state(path, state_file)
+        for file in [path / f"rng_state_{rank}.pt", *sorted(path.glob("*_ds/**/*.pt"))]:
+            with reading(file):
+                pass
+        readable = 1.0
+    except DamagedCheckpointError as exc:
+        logger.warning("rank %d cannot read %s: %s", rank, path.name, exc)
+        readable = 0.0
+    return all_reduce_sum(readable)[0] == world_size()
 
 
 # ------------------------------------------------------------------ optimizer settings
