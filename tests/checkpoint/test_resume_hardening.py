@@ -4,6 +4,7 @@ moves the newer ones aside, and a damaged checkpoint is a sentence naming the fi
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 from checkpoint_helpers import max_abs_diff
@@ -36,7 +37,8 @@ def copy_run(out, tmp_path):
 
 
 def cosine_lr(lr: float, step: int, total: int = 8) -> float:
-    return lr * make_lr_lambda("cosine", total, int(0.2 * total), lr)(step)
+    """The runs' schedule: warmup_ratio 0.2, rounded up as PaddleNLP does."""
+    return lr * make_lr_lambda("cosine", total, math.ceil(0.2 * total), lr)(step)
 
 
 def test_changed_learning_rate_on_resume_takes_effect(two_checkpoints, tmp_path):
