@@ -17,13 +17,13 @@ def main() -> None:
         exit_with_sentence(exc)
 
 
-def shutdown_distributed() -> None:
-    """Leave the process group before the process exits (imported here: --print_config must not import torch)."""
-    from ppokit.engine import shutdown_distributed as leave
+def exit_launched_process() -> None:
+    """Leave the process group and exit (imported here: --print_config must not import torch)."""
+    from ppokit.engine import exit_launched_process as leave
 
-    leave()
+    leave(0)
 
 
 if __name__ == "__main__":
     main()
-    shutdown_distributed()  # the process exits next: leave the process group cleanly
+    exit_launched_process()

@@ -1,7 +1,7 @@
 """PaddleNLP's 2025 launcher name: ``python run_rl.py CONFIG.{json,yaml} [--key value ...]`` is run_ppo.py."""
 
-from run_ppo import main, shutdown_distributed
+from run_ppo import exit_launched_process, main
 
 if __name__ == "__main__":
     main()
-    shutdown_distributed()  # the process exits next: leave the process group cleanly
+    exit_launched_process()

@@ -160,7 +160,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
-    from ppokit.engine import shutdown_distributed  # here: --print_config must not import torch
+    from ppokit.engine import exit_launched_process  # here: --print_config must not import torch
 
-    shutdown_distributed()  # the process exits next: leave the process group cleanly
-    sys.exit(code)
+    exit_launched_process(code)

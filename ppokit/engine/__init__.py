@@ -15,11 +15,11 @@ from ppokit.engine.distributed import (
     barrier,
     collective_device,
     default_group,
+    exit_launched_process,
     free_port,
     init_distributed,
     is_distributed,
     rank,
-    shutdown_distributed,
     world_size,
 )
 from ppokit.engine.engines import backward_and_step, build_engine, current_lr, micro_batch_backward
@@ -38,7 +38,7 @@ __all__ = [
     "free_port",
     "init_distributed",
     "is_distributed",
-    "shutdown_distributed",
+    "exit_launched_process",
     "make_lr_lambda",
     "micro_batch_backward",
     "rank",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -74,15 +75,21 @@ def barrier() -> None:
         dist.barrier()
 
 
-def shutdown_distributed() -> None:
-    """Leave the process group before a launched process exits: gloo's threads torn down during
-    interpreter exit can abort a rank ("terminate called without an active exception"). Not for a
-    notebook, whose session may step again after train()."""
+def exit_launched_process(code: int = 0) -> None:
+    """End a launched process (run_ppo.py and friends, never a notebook): with several ranks, wait for all,
+    leave the process group, flush, and exit without interpreter finalization, where objects still held by
+    gloo's threads (async work, tensors) get destroyed and can abort a rank after a finished run
+    ("terminate called without an active exception", exit -6). One process simply exits."""
     import torch.distributed as dist
 
     if is_distributed():
         barrier()
         dist.destroy_process_group()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def free_port() -> int:
