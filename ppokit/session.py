@@ -32,7 +32,7 @@ class Session:
 
         self.args = args
         self.state = build_state(args, model=model, tokenizer=tokenizer, reward_functions=reward_functions)
-        self.plan = self.state.plan
+        self.plan = self.state.run  # the run's plan; the step's batch sizes read through (plan.prompts_per_step)
         self.global_step = 0
         self.history: list[dict] = []
         self._tracker = None

@@ -11,9 +11,10 @@ from .cli import explain, parse_cli, resolved_config
 from .errors import ConfigError
 from .history import check_hub_datasets
 from .loader import load_arguments, read_config_file
+from .run_plan import LRSchedule, RunPlan, run_plan
 
 __all__ = [
     "Arguments", "BatchPlan", "ConfigError", "DataArguments", "ModelArguments", "PpokitArguments",
     "TrainingArguments", "batch_plan", "check_hub_datasets", "check_lengths", "explain", "load_arguments", "parse_cli",
-    "read_config_file", "resolved_config",
+    "read_config_file", "resolved_config", "LRSchedule", "RunPlan", "run_plan",
 ]

@@ -17,6 +17,7 @@ from .errors import ConfigError
 from .fieldinfo import type_name
 from .history import hub_dataset_errors
 from .loader import env_world_size, load_arguments
+from .run_plan import run_plan
 from .translate import IGNORED, NO_EFFECT, RENAMES, suggest
 
 USAGE = """usage: python run_ppo.py [CONFIG.{json,yaml}] [--key value ...] [key=value ...] [--print_config]
@@ -28,14 +29,39 @@ derived batch sizes as JSON and exits. `python -m ppokit.args explain KEY` descr
 
 
 def derived_section(args: Arguments, world_size: int) -> dict[str, Any]:
-    """The numbers ppokit derives from ``args`` (the batch plan plus run totals)."""
+    """The numbers ppokit derives from ``args``: the run plan (batch sizes, run length, schedules, cadences).
+    In epoch mode the prompt batches per epoch come from counting the rows of a local train file; where that
+    is not possible the length is left to the run (it is printed when the data is read)."""
     plan = batch_plan(args, world_size)
-    out = plan.to_dict()
+    batches = None if args.max_steps > 0 else epoch_batches(args, plan.prompts_per_step)
+    if args.max_steps <= 0 and batches is None:
+        out = plan.to_dict()
+        out["summary"] = (f"epoch mode: {args.num_train_epochs:g} epoch(s) x the prompt batches of "
+                          f"{plan.prompts_per_step} that the training data yields (known once it is read)")
+    else:
+        out = run_plan(args, plan, batches).to_dict()
     out["max_steps_counts"] = "rollout steps"
-    if args.max_steps > 0:
-        out["total_prompts"] = args.max_steps * plan.prompts_per_step
-        out["total_optimizer_steps"] = args.max_steps * plan.optimizer_steps_per_rollout
     return out
+
+
+def epoch_batches(args: Arguments, prompts_per_step: int) -> int | None:
+    """Prompt batches per epoch from a local .jsonl train file's non-empty rows (before over-long prompts are
+    dropped: the run's count can be lower), `train_data_size` and `dataloader_drop_last` applied; else None."""
+    from pathlib import Path
+
+    spec = str(args.train_datasets or "")
+    paths = [Path(p.strip()) for p in spec.split(",") if p.strip()]
+    if not paths or args.train_task_config or not all(p.suffix == ".jsonl" and p.is_file() for p in paths):
+        return None
+    rows = 0
+    for path in paths:
+        with path.open("rb") as fh:
+            rows += sum(1 for line in fh if line.strip())
+    if args.train_data_size:
+        rows = min(rows, args.train_data_size)
+    if rows == 0:
+        return None
+    return rows // prompts_per_step if args.dataloader_drop_last else -(-rows // prompts_per_step)
 
 
 def resolved_config(args: Arguments, world_size: int | None = None) -> dict[str, Any]:

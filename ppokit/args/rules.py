@@ -140,11 +140,7 @@ def _misc_rules(args: Arguments, updates: dict, notes: list[str]) -> None:
                 notes.append(f"{key} is turned off for rl_algorithm={args.rl_algorithm}: group-relative "
                              "advantages are already normalised (PaddleNLP does the same for grpo).")
             updates[key] = False
-    prompt_len = args.max_prompt_len
-    if "max_prompt_len" not in given and prompt_len + args.max_dec_len > args.max_length > args.max_dec_len:
-        prompt_len = updates["max_prompt_len"] = args.max_length - args.max_dec_len
-        notes.append(f"max_prompt_len not given: using max_length - max_dec_len = {prompt_len} (PaddleNLP's "
-                     f"default {args.max_prompt_len} does not fit in max_length={args.max_length}).")
+    prompt_len = _era_lengths(args, updates, notes)
     if "max_src_len" in given and args.max_src_len != prompt_len:
         notes.append(f"max_src_len={args.max_src_len} is replaced by max_prompt_len={prompt_len} "
                      "(as PaddleNLP's run script does).")
@@ -162,3 +158,24 @@ def _misc_rules(args: Arguments, updates: dict, notes: list[str]) -> None:
         notes.append(f"KL to the reference model is off ({kl}): no reference model is needed.")
     if "per_device_train_batch_size" not in given:
         notes.append("per_device_train_batch_size not given: using 1 (PaddleNLP E5+ default; E0-E4 used 8).")
+
+
+def _era_lengths(args: Arguments, updates: dict, notes: list[str]) -> int:
+    """The prompt budget as the file's era meant it. Files that predate max_prompt_len (PaddleNLP E0-E1) had
+    max_length as the whole budget (prompt and response together); the length check applies only to what the
+    file (or the command line) set. Returns the prompt length in force."""
+    given = args.model_fields_set
+    prompt_len = args.max_prompt_len
+    if "max_prompt_len" in given or prompt_len + args.max_dec_len <= args.max_length:
+        return prompt_len
+    if args.max_length > args.max_dec_len:
+        prompt_len = updates["max_prompt_len"] = args.max_length - args.max_dec_len
+        notes.append(f"max_prompt_len not given: using max_length - max_dec_len = {prompt_len} (PaddleNLP's "
+                     f"default {args.max_prompt_len} does not fit in max_length={args.max_length}).")
+    elif "max_dec_len" not in given and args.max_length >= 2:
+        prompt_len = updates["max_prompt_len"] = args.max_length // 2
+        updates["max_dec_len"] = args.max_length - prompt_len
+        notes.append(f"neither max_prompt_len nor max_dec_len is given: this file's max_length={args.max_length} is "
+                     f"the whole budget of prompt and response (as in PaddleNLP's first releases); using "
+                     f"max_prompt_len={prompt_len} and max_dec_len={args.max_length - prompt_len}.")
+    return prompt_len

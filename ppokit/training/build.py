@@ -10,7 +10,16 @@ import torch
 
 from ppokit.algos import algorithm
 from ppokit.algos.kl import AdaptiveKL, FixedKL, make_kl_controller
-from ppokit.args import Arguments, BatchPlan, ConfigError, batch_plan, check_hub_datasets, check_lengths
+from ppokit.args import (
+    Arguments,
+    BatchPlan,
+    ConfigError,
+    RunPlan,
+    batch_plan,
+    check_hub_datasets,
+    check_lengths,
+    run_plan,
+)
 from ppokit.data import PromptLoader, choose_chat_template
 from ppokit.engine import DistInfo
 from ppokit.rollout import RolloutEngine
@@ -44,6 +53,7 @@ class State:
     args: Arguments
     dist: DistInfo
     plan: BatchPlan
+    run: RunPlan
     policy: Policy
     rollout_engine: RolloutEngine
     reward_fns: list
@@ -67,14 +77,26 @@ class State:
                                 batch.temperature)
 
 
-def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
-    """Tokenizer, actor in a DeepSpeed engine, and the reference (only when a KL term is used)."""
+@dataclass
+class Actor:
+    """The actor as loaded, before its optimizer exists: what the data and the rollout engine need first."""
+
+    model: object
+    tokenizer: object
+    path: str | None
+    device: torch.device
+    param_dtype: torch.dtype
+    compute_dtype: torch.dtype | None
+    lora_used: bool
+
+
+def load_actor(args, dist, model=None, tokenizer=None) -> Actor:
+    """Tokenizer (with the run's chat template) and the trainable model on its device; no optimizer yet."""
     from ppokit.models import (
         LoraSpec,
         attention_implementation,
         dtype_for,
         load_causal_lm,
-        load_reference,
         load_tokenizer,
         resolve_model_path,
     )
@@ -93,21 +115,30 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
         from ppokit.models import apply_lora
 
         model = apply_lora(model, lora)
+    if tokenizer is None:
+        raise ValueError("Session(model=...) needs tokenizer=... too")
     configure_model(args, model, args.recompute)
     add_stop_token(model, tokenizer, args.eos_token)
     logger.info("prompts are rendered with %s", choose_chat_template(
         tokenizer, args.chat_template, "chat_template" in args.model_fields_set, args.actor_model_name_or_path))
-    if tokenizer is None:
-        raise ValueError("Session(model=...) needs tokenizer=... too")
     check_lengths(args, getattr(model.config, "max_position_embeddings", None))
+    return Actor(model=model, tokenizer=tokenizer, path=path, device=device, param_dtype=param_dtype,
+                 compute_dtype=compute_dtype, lora_used=lora is not None)
+
+
+def build_policy(args, actor: Actor, run) -> Policy:
+    """The reference (only when a KL term is used) and the actor in a DeepSpeed engine with the run's schedule."""
+    from ppokit.models import load_reference
+
     reference = None
     if args.needs_reference:
         with stage("loading the reference model"), quiet_hf_progress():
-            reference = load_reference(model, path, dtype=param_dtype, device=device, lora_used=lora is not None)
-    with stage(f"building the DeepSpeed engine (ZeRO stage {zero_options(args)['zero_stage']}, {device.type})"):
-        engine = train_engine(model, args, plan, device)
-    return Policy(tokenizer=tokenizer, engine=engine, reference=reference, compute_dtype=compute_dtype,
-                  device=device, model_path=path)
+            reference = load_reference(actor.model, actor.path, dtype=actor.param_dtype, device=actor.device,
+                                       lora_used=actor.lora_used)
+    with stage(f"building the DeepSpeed engine (ZeRO stage {zero_options(args)['zero_stage']}, {actor.device.type})"):
+        engine = train_engine(actor.model, args, run, actor.device)
+    return Policy(tokenizer=actor.tokenizer, engine=engine, reference=reference, compute_dtype=actor.compute_dtype,
+                  device=actor.device, model_path=actor.path)
 
 
 def load_records(args, spec, task_config) -> list[dict]:
@@ -198,10 +229,11 @@ def quiet_other_ranks(rank: int) -> None:
 
 
 def build_state(args, model=None, tokenizer=None, reward_functions=None) -> State:
-    """Everything a Session needs, built in dependency order."""
+    """Everything a Session needs, built in dependency order: the data before the run plan, the run plan
+    before the optimizers (their schedules), the rollout engine before the optimizers and the reference (vLLM
+    sizes its memory from what is free when it starts)."""
     from ppokit.engine import init_distributed
     from ppokit.rewards import build_reward_functions
-    from ppokit.rollout import make_rollout_engine
 
     check_hub_datasets(args)  # before minutes of model loading
     # log_level: debug shows DeepSpeed's config and start-up output; passive (the default) means info
@@ -213,28 +245,27 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     for note in plan.notes:  # e.g. the micro-batch capped at what a rank has
         logger.info(note)
     seed_everything(args.seed)
-    policy = build_policy(args, dist, plan, model=model, tokenizer=tokenizer)
+    actor = load_actor(args, dist, model=model, tokenizer=tokenizer)
     with stage("reading the prompts"):
-        train, evals, loader = build_data(args, policy.tokenizer, plan)
+        train, evals, loader = build_data(args, actor.tokenizer, plan)
+    run = run_plan(args, plan, len(loader))
+    logger.info("run plan: %s", run.describe())
     fns = reward_functions if reward_functions is not None else build_reward_functions(args, train)
     if reward_functions is not None and not isinstance(fns, list):
         fns = [fns]
     fns = [normalize_reward_fn(f) for f in fns]
-    rollout_engine = make_rollout_engine(
-        args.rollout_engine, args.use_fusemt, policy.engine.module, policy.tokenizer, model_path=policy.model_path,
-        batch_size=args.per_device_rollout_batch_size if args.per_device_rollout_batch_size > 0 else None,
-        compute_dtype=policy.compute_dtype, args=args, rank=dist.rank, world_size=dist.world_size,
-        return_logprobs=True,  # rollout/logprob_diff and rollout_is compare them with the trainer's
-    )
+    rollout_engine = build_rollout_engine(args, actor, dist)
+    policy = build_policy(args, actor, run)
     logprob_bs = args.per_device_logprob_batch_size if args.per_device_logprob_batch_size > 0 else plan.micro_batch_size
-    state = State(args=args, dist=dist, plan=plan, policy=policy, rollout_engine=rollout_engine, reward_fns=fns,
-                  loader=loader, train_records=train, eval_records=evals, kl_ctl=make_kl_controller(args.kl_ctrl_type, args.kl_coeff, args.target_kl, args.kl_horizon),
+    state = State(args=args, dist=dist, plan=plan, run=run, policy=policy, rollout_engine=rollout_engine,
+                  reward_fns=fns, loader=loader, train_records=train, eval_records=evals,
+                  kl_ctl=make_kl_controller(args.kl_ctrl_type, args.kl_coeff, args.target_kl, args.kl_horizon),
                   logprob_batch_size=logprob_bs)
     if algorithm(args.rl_algorithm).needs_critic:
         from ppokit.training.critic import build_critic
 
         with stage("loading the critic"), quiet_hf_progress():
-            state.critic = build_critic(args, dist, plan, policy)
+            state.critic = build_critic(args, dist, run, policy)
     if args.normalize_reward:
         state.reward_normalizer = RunningNormalizer()
     if args.ptx_coeff > 0:
@@ -243,6 +274,18 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
         ptx_records, _, _ = build_data_split(args, policy.tokenizer, args.ptx_datasets, args.ptx_task_config)
         state.ptx_loss = build_ptx_loss(args, policy, plan, ptx_records)
     return state
+
+
+def build_rollout_engine(args, actor: Actor, dist) -> RolloutEngine:
+    """The rollout engine over the actor's model (the same module the DeepSpeed engine will wrap)."""
+    from ppokit.rollout import make_rollout_engine
+
+    return make_rollout_engine(
+        args.rollout_engine, args.use_fusemt, actor.model, actor.tokenizer, model_path=actor.path,
+        batch_size=args.per_device_rollout_batch_size if args.per_device_rollout_batch_size > 0 else None,
+        compute_dtype=actor.compute_dtype, args=args, rank=dist.rank, world_size=dist.world_size,
+        return_logprobs=True,  # rollout/logprob_diff and rollout_is compare them with the trainer's
+    )
 
 
 def normalize_reward_fn(fn):

@@ -84,7 +84,7 @@ def check_same_vocabulary(path: str, tokenizer) -> None:
         )
 
 
-def build_critic(args, dist, plan, policy) -> Critic:
+def build_critic(args, dist, run, policy) -> Critic:
     """A value model (backbone + scalar head) trained by its own engine with the critic_* optimizer and schedule."""
     from ppokit.models import attention_implementation, dtype_for, load_value_model, resolve_model_path
 
@@ -103,8 +103,8 @@ def build_critic(args, dist, plan, policy) -> Critic:
     from ppokit.training.model_setup import configure_model
 
     configure_model(args, model.backbone, recompute)
-    engine = train_engine(model, args, plan, policy.device, critic=True)
-    bs = args.per_device_value_batch_size if args.per_device_value_batch_size > 0 else plan.micro_batch_size
+    engine = train_engine(model, args, run, policy.device, critic=True)
+    bs = args.per_device_value_batch_size if args.per_device_value_batch_size > 0 else run.batch.micro_batch_size
     return Critic(engine=engine, compute_dtype=compute_dtype, device=policy.device, batch_size=bs, source=source)
 
 

@@ -4,11 +4,11 @@ become a `deepspeed_config` and an LR schedule (the config itself is `ppokit.eng
 The critic has its own optimizer and schedule: every `critic_*` key that is set replaces the actor's
 key of the same name without the prefix (learning_rate, min_learning_rate, lr_scheduler_type,
 warmup_ratio, weight_decay, decay_steps, recompute), as PaddleNLP copies them onto the critic's args.
+The schedules themselves (how many steps, warmup, decay) come from the run plan (`ppokit.args.run_plan`).
 """
 
 from __future__ import annotations
 
-import math
 import random
 
 import numpy as np
@@ -47,27 +47,10 @@ def zero_options(args) -> dict:
     return {"zero_stage": stage, "offload_optimizer": offload or bool(getattr(args, "offload_optim", False))}
 
 
-def lr_schedule_spec(args, total_optimizer_steps: int, critic: bool = False) -> dict:
-    """The LR schedule parameters for the actor or (with PaddleNLP's critic_* overrides) the critic."""
-    # PaddleNLP's (and Hugging Face's) get_warmup_steps: ceil(ratio x steps) when warmup_steps is not set
-    warmup = args.warmup_steps if getattr(args, "warmup_steps", 0) else math.ceil(
-        option(args, "warmup_ratio", critic) * total_optimizer_steps)
-    spec = dict(
-        kind=option(args, "lr_scheduler_type", critic),
-        total_steps=max(total_optimizer_steps, 1),
-        warmup_steps=warmup,
-        lr=option(args, "learning_rate", critic),
-        min_lr=option(args, "min_learning_rate", critic),
-    )
-    if critic and args.critic_decay_steps:
-        spec["decay_steps"] = args.critic_decay_steps
-    elif args.decay_steps and args.max_steps > 0:  # counted in rollout steps, like max_steps
-        spec["decay_steps"] = max(1, round(args.decay_steps * total_optimizer_steps / args.max_steps))
-    return spec
-
-
-def train_engine(model, args, plan, device, *, critic: bool = False):
-    """`model` in a DeepSpeed engine with the actor's (or the critic's) optimizer, ZeRO stage and LR schedule."""
+def train_engine(model, args, run, device, *, critic: bool = False):
+    """`model` in a DeepSpeed engine with the actor's (or the critic's) optimizer, ZeRO stage and the LR schedule
+    of the run plan `run` (`ppokit.args.RunPlan`)."""
+    plan = run.batch
     ds = deepspeed_config(
         **zero_options(args),  # sharding stage; offload_level / offload_optim / "stageN offload"
         micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
@@ -75,5 +58,5 @@ def train_engine(model, args, plan, device, *, critic: bool = False):
         eps=args.adam_epsilon, weight_decay=option(args, "weight_decay", critic), max_grad_norm=args.max_grad_norm,
         bf16=args.bf16, fp16=args.fp16, device=device,
     )
-    total_steps = plan.optimizer_steps_per_rollout * max(args.max_steps, 1)
-    return build_engine(model, ds, lr_schedule_spec(args, total_steps, critic=critic))
+    schedule = run.critic_schedule if critic else run.actor_schedule
+    return build_engine(model, ds, schedule.spec())

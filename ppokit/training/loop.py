@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 
 from ppokit.args import ConfigError
 
@@ -11,11 +10,8 @@ logger = logging.getLogger("ppokit")
 
 
 def total_steps(session) -> int:
-    """`max_steps` (rollout steps) when > 0, else `num_train_epochs` × prompt batches per epoch."""
-    args = session.args
-    if args.max_steps > 0:
-        return args.max_steps
-    return max(1, math.ceil(args.num_train_epochs * len(session.state.loader)))
+    """The run's rollout steps, from its plan (`ppokit.args.RunPlan`)."""
+    return session.state.run.rollout_steps
 
 
 def progress_view(session, total: int):

@@ -30,25 +30,12 @@ from ppokit.algos.advantages import zero_std_groups
 from ppokit.data.render import question_text
 from ppokit.engine import collective_device, world_size
 from ppokit.training.batch import RolloutBatch
-
-# Rank shares of a loss whose denominator is the whole mini-batch over all ranks: the global value is the sum.
-SHARE_KEYS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "actor/kl_k1",
-                        "critic/value_loss"})
-# Counts and rates that add up over ranks.
-SUM_KEYS = frozenset({"reward/skipped_groups", "groups/dropped_zero_std", "throughput/tokens_per_s"})
-# The slowest rank sets the pace; the most rounds any rank needed.
-MAX_KEYS = frozenset({"groups/gen_rounds", "memory/rss_gb", "memory/allocated_gb", "memory/peak_gb"})
+from ppokit.training.metric_table import reduction
 
 
 def reduction_for(key: str) -> str:
-    """How a per-rank metric combines into the step's value: 'sum', 'max', 'min' or 'mean'."""
-    if key in SHARE_KEYS or key in SUM_KEYS:
-        return "sum"
-    if key in MAX_KEYS or key.startswith("timing/") or key.endswith("/max"):
-        return "max"
-    if key.endswith("/min"):
-        return "min"
-    return "mean"
+    """How a per-rank metric combines into the step's value: 'sum', 'max', 'min' or 'mean' (`metric_table`)."""
+    return reduction(key).ranks
 
 
 @dataclass

@@ -21,10 +21,7 @@ import torch
 from ppokit.algos.reduce import global_denominators
 from ppokit.engine import all_reduce_sum, backward_and_step
 from ppokit.training.batch import RolloutBatch
-
-# Metrics that are a micro-batch's share of its mini-batch's value: summed per optimizer step.
-SHARE_METRICS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "actor/kl_k1",
-                           "critic/value_loss", "actor/positive_lm_loss"})
+from ppokit.training.metric_table import reduction
 
 
 @dataclass(frozen=True)
@@ -107,8 +104,8 @@ def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, pref
                      hint: str = "") -> dict[str, float]:
     """`plan.update_iters` passes of optimizer steps of `engine` on `batch`; the averaged metrics.
 
-    Metrics: share metrics (SHARE_METRICS) are summed per optimizer step, others averaged over
-    micro-batches; both then averaged over steps; `<prefix>/grad_norm` is the mean pre-clip norm.
+    Metrics combine as `metric_table` says: shares summed per optimizer step, others averaged (or their
+    max/min taken) over micro-batches; then averaged over steps; `<prefix>/grad_norm` is the mean pre-clip norm.
     `hint` completes the error raised on a non-finite loss.
     """
     engine.module.train()
@@ -125,15 +122,21 @@ def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, pref
                 # forward and would otherwise overwrite, not accumulate, the micro-batches' gradients.
                 loss, metrics = loss_fn(mini.select(idx).trimmed(), denoms, k == 0)
                 norm = backward_and_step(engine, loss, last=k == len(micro) - 1, hint=hint)
-                for key, v in metrics.items():
-                    if key.endswith("/max"):  # a maximum over micro-batches, not a mean
-                        sums[key] = max(v, sums[key]) if counts[key] else v
-                        counts[key] = 1
-                        continue
-                    sums[key] += v
-                    counts[key] += 1
+                accumulate(sums, counts, metrics)
             norms.append(norm)
     steps = max(len(norms), 1)
-    out = {k: sums[k] / steps if k in SHARE_METRICS else sums[k] / counts[k] for k in sums}
+    out = {k: sums[k] / steps if reduction(k).micro == "share" else sums[k] / counts[k] for k in sums}
     out[f"{prefix}/grad_norm"] = sum(norms) / steps
     return out
+
+
+def accumulate(sums: dict[str, float], counts: dict[str, int], metrics: dict[str, float]) -> None:
+    """Fold one micro-batch's metrics into the running sums (a max/min is kept as one value)."""
+    for key, v in metrics.items():
+        how = reduction(key).micro
+        if how in ("max", "min"):
+            sums[key] = (max if how == "max" else min)(v, sums[key]) if counts[key] else v
+            counts[key] = 1
+        else:
+            sums[key] += v
+            counts[key] += 1

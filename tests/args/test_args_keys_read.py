@@ -23,6 +23,9 @@ READ_BY_ARGS = {name: "batch.py" for name in (
     "per_device_sample_batch_size", "per_device_train_batch_size", "gradient_accumulation_steps", "update_iters")}
 READ_BY_ARGS["max_src_len"] = "rules.py"  # replaced by max_prompt_len, with a note when it differs
 READ_BY_ARGS["do_train"] = "rules.py"  # run_ppo.py trains either way; false gets a note saying so
+READ_BY_ARGS.update({name: "run_plan.py" for name in (  # the run plan sizes the run and both LR schedules
+    "max_steps", "num_train_epochs", "warmup_ratio", "warmup_steps", "min_learning_rate", "decay_steps",
+    "critic_lr_scheduler_type", "critic_warmup_ratio", "critic_min_learning_rate", "critic_decay_steps")})
 # critic_<key> is read as option(args, "<key>", critic=True) (ppokit/training/engine_setup.py).
 CRITIC_PREFIX = "critic_"
 
@@ -47,7 +50,8 @@ def test_every_field_is_read_or_declared_without_effect():
     for name in Arguments.model_fields:
         if name in IGNORED or is_read(name, source):
             continue
-        if name in READ_BY_ARGS and re.search(rf"args\.{name}\b|[\"']{name}[\"']",
+        base = name[len(CRITIC_PREFIX):] if name.startswith(CRITIC_PREFIX) else name  # _own(args, "<key>", critic)
+        if name in READ_BY_ARGS and re.search(rf"args\.{name}\b|[\"']{name}[\"']|_own\(args, [\"']{base}[\"']",
                                               (PACKAGE / "args" / READ_BY_ARGS[name]).read_text()):
             continue
         unaccounted.append(name)
@@ -120,9 +124,14 @@ def test_recompute_use_reentrant_set_explicitly_is_applied():
     assert reentrant(model) == {True}
 
 
-def test_decay_steps_reaches_the_actor_schedule():
-    from ppokit.training.engine_setup import lr_schedule_spec
+def lr_schedule_spec(args, total: int) -> dict:
+    from ppokit.args.run_plan import lr_schedule
 
+    per_rollout = total // args.max_steps if args.max_steps > 0 else 1
+    return lr_schedule(args, total, per_rollout).spec()
+
+
+def test_decay_steps_reaches_the_actor_schedule():
     args = load_arguments(overrides={"max_steps": 10, "decay_steps": 5, "min_learning_rate": 1e-6,
                                      "lr_scheduler_type": "cosine"})
     assert lr_schedule_spec(args, 20)["decay_steps"] == 10  # 5 of 10 rollout steps = 10 of 20 optimizer steps
@@ -130,8 +139,6 @@ def test_decay_steps_reaches_the_actor_schedule():
 
 
 def test_warmup_ratio_rounds_up_as_paddlenlp_does():
-    from ppokit.training.engine_setup import lr_schedule_spec
-
     assert lr_schedule_spec(load_arguments(overrides={"warmup_ratio": 0.03}), 30)["warmup_steps"] == 1  # 0.9 -> 1
     assert lr_schedule_spec(load_arguments(overrides={"warmup_ratio": 0.1}), 25)["warmup_steps"] == 3  # 2.5 -> 3
     assert lr_schedule_spec(load_arguments(overrides={"warmup_ratio": 0.1, "warmup_steps": 7}), 25)["warmup_steps"] == 7

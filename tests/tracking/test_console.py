@@ -113,7 +113,7 @@ def test_cli_console_from_start_to_end(tiny_config):
     model = json.loads(tiny_config.read_text())["actor_model_name_or_path"]
     assert [s.split("…")[0] for s in stages] == [
         "ppokit: starting the process group (DeepSpeed)", f"ppokit: loading {model}",
-        "ppokit: building the DeepSpeed engine (ZeRO stage 0, cpu)", "ppokit: reading the prompts"]
+        "ppokit: reading the prompts", "ppokit: building the DeepSpeed engine (ZeRO stage 0, cpu)"]
     steps = [line for line in lines if "ppokit: step" in line]  # after the bar's "\r" clear: own lines
     assert len(steps) == 2 and all(STEP_LINE.match(line) for line in steps), steps  # never glued to the bar
     summary = err[err.index("ppokit: done: 2 steps in"):].splitlines()
