@@ -5,7 +5,9 @@
     s.step(); s.train(); s.evaluate(); s.save(); Session.resume(output_dir); s.show(batch)
 
 Each call reads top to bottom and is safe to repeat; `s.args` may be changed between calls
-(e.g. `s.args.temperature = 0.7`) and the next call uses the new value.
+(e.g. `s.args.temperature = 0.7`) and the next call uses the new value. A key fixed when the Session was built
+(a model path, the batch geometry, the run's length) is refused with a sentence; `python -m ppokit.args explain
+KEY` says which kind each key is.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ class Session:
     """One training run: models, data, rewards and the step, built from PaddleNLP-style arguments."""
 
     def __init__(self, args: Arguments, *, model=None, tokenizer=None, reward_functions=None):
+        from ppokit.args.liveness import guard
         from ppokit.training.build import build_state
 
         self.args = args
         self.state = build_state(args, model=model, tokenizer=tokenizer, reward_functions=reward_functions)
+        args._guard = guard  # from now on a key is live (next call), or refused with a sentence
         self.plan = self.state.run  # the run's plan; the step's batch sizes read through (plan.prompts_per_step)
         self.global_step = 0
         self.history: list[dict] = []

@@ -34,6 +34,7 @@ class Arguments(ModelArguments, DataArguments, TrainingArguments, PpokitArgument
     model_config = ConfigDict(validate_assignment=True, extra="forbid", coerce_numbers_to_str=True)
 
     _notes: list[str] = PrivateAttr(default_factory=list)
+    _guard: Any = PrivateAttr(default=None)  # a running Session's check of assignments (`liveness.guard`)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Validated assignment; a refused value is one sentence (AssignmentError), not a pydantic report."""
@@ -41,6 +42,11 @@ class Arguments(ModelArguments, DataArguments, TrainingArguments, PpokitArgument
             close = difflib.get_close_matches(name, list(type(self).model_fields), n=1)
             raise AssignmentError(f"there is no argument '{name}'" + (f"; did you mean {close[0]}?" if close else
                                   "; `python -m ppokit.args list` shows every key."))
+        if self._guard is not None and not name.startswith("_"):
+            return self._guard(self, name, value)
+        self._assign(name, value)
+
+    def _assign(self, name: str, value: Any) -> None:
         try:
             super().__setattr__(name, value)
         except ValidationError as exc:

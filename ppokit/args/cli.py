@@ -170,6 +170,9 @@ def explain(key: str) -> str:
         lines.append("  aliases: " + ", ".join(aliases))
     if key in IGNORED:
         lines.append(f"  ppokit: {NO_EFFECT}, because {IGNORED[key]}.")
+    from .liveness import describe
+
+    lines.append(f"  in a running Session: {describe(key)}")
     return "\n".join(lines)
 
 

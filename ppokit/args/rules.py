@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ppokit.algorithms import algorithm
+
 from .arguments import Arguments
 from .batch import batch_plan
 from .errors import ConfigError
@@ -151,6 +153,9 @@ def _misc_rules(args: Arguments, updates: dict, notes: list[str]) -> None:
         updates["rollout_tensor_parallel_degree"] = max(args.tensor_parallel_degree, 1)
     if "output_dir" not in given:
         notes.append("output_dir not given: using 'output' (PaddleNLP requires the key).")
+    if args.critic_model_name_or_path and not algorithm(args.rl_algorithm).needs_critic:
+        notes.append(f"critic_model_name_or_path is not used: rl_algorithm={args.rl_algorithm} has no critic "
+                     "(its baseline comes from the group of responses); use rl_algorithm=ppo to train one.")
     if "do_train" in given and not args.do_train:
         notes.append("do_train is false: PaddleNLP would skip training; run_ppo.py trains anyway.")
     if not args.needs_reference:

@@ -68,6 +68,8 @@ class State:
     rollouts_drawn: int = 0
     updates_done: int = 0
     skipped_groups: int = 0
+    applied_kl: dict = field(default_factory=dict)  # the KL keys the controller was last set from (training/live.py)
+    flat_steps: int = 0  # leading steps where every group's rewards were equal (training/live.py warns once)
     notes: list[str] = field(default_factory=list)
 
     def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
@@ -184,7 +186,8 @@ def build_data(args, tokenizer, plan):
         evals = [r for r in evals if r["_prompt_text"] not in train_prompts]
     if not evals and args.eval_split_ratio:
         train, evals = split_off_eval(train, args.eval_split_ratio, args.seed)
-    loader = PromptLoader(train, batch_size=plan.prompts_per_step, seed=args.seed,
+    # each draw is one generation round: global_gen_batch_size prompts under dynamic sampling
+    loader = PromptLoader(train, batch_size=plan.gen_prompts_per_step, seed=args.seed,
                           shuffle=args.dataloader_shuffle, drop_last=args.dataloader_drop_last)
     return train, evals, loader
 
@@ -260,7 +263,8 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     state = State(args=args, dist=dist, plan=plan, run=run, policy=policy, rollout_engine=rollout_engine,
                   reward_fns=fns, loader=loader, train_records=train, eval_records=evals,
                   kl_ctl=make_kl_controller(args.kl_ctrl_type, args.kl_coeff, args.target_kl, args.kl_horizon),
-                  logprob_batch_size=logprob_bs)
+                  logprob_batch_size=logprob_bs,
+                  applied_kl={"kl_coeff": args.kl_coeff, "target_kl": args.target_kl, "kl_horizon": args.kl_horizon})
     if algorithm(args.rl_algorithm).needs_critic:
         from ppokit.training.critic import build_critic
 

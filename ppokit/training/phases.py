@@ -27,6 +27,7 @@ from ppokit.training.advantage import with_advantages
 from ppokit.training.batch import RolloutBatch, build_batch, concat_batches
 from ppokit.training.critic import critic_update
 from ppokit.training.forward import batched_logprobs
+from ppokit.training.live import sync_live, warn_flat_groups
 from ppokit.training.metrics import all_ranks_min, over_ranks
 from ppokit.training.update import LossConfig
 
@@ -60,10 +61,10 @@ def generate(state, records: list[dict], sampling: SamplingParams, group_offset:
 
 def draw_local_prompts(state) -> tuple[list[dict], int]:
     """This rank's share of the step's prompts (whole groups per rank) and its group-id offset."""
-    records = state.loader.next_batch()
-    per_rank = state.plan.prompts_per_rank
+    records = state.loader.next_batch()  # gen_prompts_per_step: more than kept under dynamic sampling
+    per_rank = state.plan.gen_prompts_per_step // state.plan.world_size
     rank = state.dist.rank
-    offset = state.rollouts_drawn * state.plan.prompts_per_step + rank * per_rank
+    offset = state.rollouts_drawn * state.plan.gen_prompts_per_step + rank * per_rank
     state.rollouts_drawn += 1
     return records[rank * per_rank : (rank + 1) * per_rank], offset
 
@@ -74,6 +75,7 @@ def rollout(state, args) -> RolloutBatch:
     With `dynamic_sampling` the batch comes back already scored (groups were kept by their rewards).
     """
     started = time.perf_counter()
+    sync_live(state, args)
     if args.dynamic_sampling:
         batch = dynamic_sampling_rollout(state, args)
     else:
@@ -164,6 +166,8 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
 
 def advantages(state, args, batch: RolloutBatch) -> RolloutBatch:
     """The batch with token_rewards, advantages and returns per rl_algorithm (β from the KL controller)."""
+    sync_live(state, args)
+    warn_flat_groups(state, args, batch)
     return with_advantages(batch, args, state.kl_ctl.value)
 
 
@@ -172,6 +176,7 @@ def update(state, args, batch: RolloutBatch) -> dict[str, float]:
     if batch.advantages is None:
         raise ValueError("the update needs advantages: run Session.compute_advantages(batch) first.")
     started = time.perf_counter()
+    sync_live(state, args)
     cfg = LossConfig.from_args(args)  # once per step: a notebook may have changed args since the last one
     metrics: dict[str, float] = {}
     if state.critic is not None:

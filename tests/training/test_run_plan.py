@@ -119,8 +119,10 @@ def test_every_config_logs_paddlenlp_learning_rates(path, tiny_model_path, tmp_p
         for side, prefix in (("actor", ""), ("critic", "critic_")):
             if f"{side}/lr" not in metrics:
                 continue
-            own = lambda key: getattr(args, prefix + key, None) if prefix and getattr(args, prefix + key, None) is not None \
-                else getattr(args, key)  # noqa: E731 - PaddleNLP copies critic_* keys over the actor's
+            def own(key, prefix=prefix):  # PaddleNLP copies the critic_* keys that are set over the actor's
+                value = getattr(args, prefix + key, None) if prefix else None
+                return getattr(args, key) if value is None else value
+
             warmup = args.warmup_steps if args.warmup_steps > 0 else math.ceil(own("warmup_ratio") * total)
             decay = own("decay_steps")
             expected = paddle_lr(step * optimizer_per_rollout, kind=own("lr_scheduler_type"), total=total,
