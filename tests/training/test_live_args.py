@@ -157,5 +157,6 @@ def test_global_gen_batch_size_sets_the_prompts_each_dynamic_sampling_round_draw
 
 
 def test_grpo_with_a_critic_path_says_it_is_not_used():
-    args = load_arguments(overrides={"rl_algorithm": "grpo", "rollout_n": 4, "critic_model_name_or_path": "some/critic"})
+    args = load_arguments(overrides={"rl_algorithm": "grpo", "rollout_n": 4, "global_batch_size": 2,
+                                     "critic_model_name_or_path": "some/critic"})
     assert any(n.startswith("critic_model_name_or_path is not used: rl_algorithm=grpo has no critic") for n in args.notes)
