@@ -8,13 +8,16 @@ differs, a ``convert(value, ctx) -> {ppokit_key: value}`` for mappings that are 
 
 from __future__ import annotations
 
+import fnmatch
 import os
+from typing import NamedTuple
 
 from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported for callers of the table)
     LAUNCH_KEYS,
     SKIP,
     VERL_NAME_OF,
     Ctx,
+    Rule,
     VerlKey,
     _custom_reward,
     _estimator,
@@ -42,6 +45,14 @@ from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported f
     _unless_null,
     _warmup_style,
 )
+from .verl_convert import (
+    _betas,
+    _grad_clip,
+    _max_samples,
+    _rollout_is,
+)
+from .verl_eras import VERSIONS
+from .verl_eras import leaves as era_leaves
 
 _RAY = "ppokit has no Ray: processes are started by ppokit.launch (torchrun) and share one trainer"
 _FSDP = "ppokit trains with DeepSpeed ZeRO (sharding), not FSDP"
@@ -80,6 +91,8 @@ TABLE: dict[str, VerlKey] = {
     "data.return_raw_chat": K(False, None, "records keep their messages"),
     "data.return_full_prompt": K(False, None, "records keep their messages"),
     "data.shuffle": K(True, "dataloader_shuffle"),
+    "data.train_max_samples": K(-1, "train_data_size", "-1 -> all prompts", _max_samples,
+                                lambda a: -1 if a.train_data_size is None else a.train_data_size),
     "data.filter_overlong_prompts": K(False, None, "ppokit always drops prompts over max_prompt_length and counts them"),
     "data.filter_overlong_prompts_workers": K(1, None, "prompts are filtered in process"),
     "data.truncation": K("error", None, "ppokit drops over-long prompts and counts them, never truncates"),
@@ -118,7 +131,12 @@ TABLE: dict[str, VerlKey] = {
                                                 _if("per_device_train_batch_size", lambda v: v)),
     A + "actor.use_dynamic_bsz": K(False, None, _DYN),
     A + "actor.ppo_max_token_len_per_gpu": K(16384, None, _DYN),
-    A + "actor.grad_clip": K(1.0, "max_grad_norm", "one clip norm for actor and critic"),
+    A + "actor.grad_clip": K(1.0, "max_grad_norm", "one clip norm for actor and critic", _grad_clip,
+                             _if("max_grad_norm", lambda v: v)),
+    A + "actor.optim.clip_grad": K(1.0, "max_grad_norm", "verl 0.7's name of actor.grad_clip", _grad_clip,
+                                   lambda a: SKIP),
+    A + "actor.optim.betas": K([0.9, 0.999], "adam_beta1", "sets adam_beta1 and adam_beta2", _betas,
+                               lambda a: [a.adam_beta1, a.adam_beta2]),
     A + "actor.clip_ratio": K(0.2, "clip_range_ratio"),
     A + "actor.clip_ratio_low": K(None, "clip_range_ratio_low", "null -> clip_ratio",
                                   _unless_null("clip_range_ratio_low"), _if("clip_range_ratio_low", _none_skip)),
@@ -149,7 +167,12 @@ TABLE: dict[str, VerlKey] = {
     A + "actor.optim.min_lr_ratio": K(None, "min_learning_rate", "sets min_learning_rate = ratio x lr",
                                       _min_lr("min_learning_rate", A + "actor.optim.lr")),
     A + "actor.optim.warmup_style": K("constant", "lr_scheduler_type", "constant -> constant_with_warmup",
-                                      _warmup_style("lr_scheduler_type")),
+                                      _warmup_style("lr_scheduler_type", A + "actor.optim."),
+                                      lambda a: SKIP),
+    A + "actor.optim.lr_scheduler_type": K("constant", "lr_scheduler_type", "constant -> constant_with_warmup "
+                                           "(verl 0.6's name of warmup_style)",
+                                           _warmup_style("lr_scheduler_type", A + "actor.optim."),
+                                           lambda a: SKIP),
     A + "actor.optim.total_training_steps": K(-1, None, "derived from max_steps"),
     A + "actor.optim.weight_decay": K(0.01, "weight_decay", "ppokit's own default is 0.0"),
     A + "actor.fsdp_config.param_offload": K(False, "sharding", "true -> ZeRO-3 with optimizer offload",
@@ -220,10 +243,6 @@ TABLE: dict[str, VerlKey] = {
     A + "rollout.val_kwargs.temperature": K(0.0, "eval_temperature"),
     A + "rollout.val_kwargs.n": K(1, "eval_rollout_n"),
     A + "rollout.val_kwargs.do_sample": K(False, None, "eval_temperature 0 means greedy"),
-    A + "rollout.multi_turn.enable": K(False, None, "ppokit rolls out single-turn responses"),
-    A + "rollout.multi_turn.max_turns": K(None, None, "ppokit rolls out single-turn responses"),
-    A + "rollout.multi_turn.tool_config_path": K(None, None, "ppokit rolls out single-turn responses"),
-    A + "rollout.multi_turn.format": K("chatml", None, "ppokit rolls out single-turn responses"),
 }
 
 C = "critic."
@@ -236,7 +255,11 @@ TABLE.update({
     C + "optim.min_lr_ratio": K(None, "critic_min_learning_rate", "sets critic_min_learning_rate = ratio x lr",
                                 _min_lr("critic_min_learning_rate", C + "optim.lr")),
     C + "optim.warmup_style": K("constant", "critic_lr_scheduler_type", "constant -> constant_with_warmup",
-                                _warmup_style("critic_lr_scheduler_type")),
+                                _warmup_style("critic_lr_scheduler_type", C + "optim."), lambda a: SKIP),
+    C + "optim.lr_scheduler_type": K("constant", "critic_lr_scheduler_type", "constant -> constant_with_warmup "
+                                     "(verl 0.6's name of warmup_style)",
+                                     _warmup_style("critic_lr_scheduler_type", C + "optim."),
+                                     lambda a: SKIP),
     C + "optim.total_training_steps": K(-1, None, "derived from max_steps"),
     C + "optim.weight_decay": K(0.01, "critic_weight_decay"),
     C + "model.path": K("~/models/deepseek-llm-7b-chat", "critic_model_name_or_path", "",
@@ -372,8 +395,231 @@ INTERPOLATED = {
 """Defaults verl writes as interpolations of other keys (whole-value ones are resolved; the output folder
 is formatted from project and experiment names)."""
 
-FREE_FORM = frozenset({A + "model.override_config", C + "model.override_config", A + "rollout.engine_kwargs"})
+FREE_FORM = frozenset({
+    A + "model.override_config", C + "model.override_config", "reward_model.model.override_config",
+    A + "rollout.engine_kwargs", "reward_model.rollout.engine_kwargs", A + "rollout.checkpoint_engine.engine_kwargs",
+    *(f"{role}.megatron.override_{what}_config" for role in (A + "actor", A + "ref", C[:-1], "reward_model")
+      for what in ("transformer", "ddp", "mcore_model")),
+    A + "actor.optim.override_optimizer_config", C + "optim.override_optimizer_config",
+    A + "model.fused_kernel_options", "data.apply_chat_template_kwargs", "reward_model.reward_kwargs",
+    "custom_reward_function.reward_kwargs", "global_profiler.global_tool_config.torch_memory.kw_args",
+    "trainer.npu_profile.options", "trainer.controller_nsight_options", "trainer.worker_nsight_options",
+    "global_profiler.global_tool_config.nsys.controller_nsight_options",
+    "global_profiler.global_tool_config.nsys.worker_nsight_options", "ray_kwargs.ray_init",
+})
 """Mappings whose sub-keys are the user's own (accepted with a note, no effect)."""
 
 MISSPELLED_PREFIXES = {"actor_rollout.ref.": A}
 """Prefixes from widely copied guides, read as the right key with a warning."""
+
+# ==================================================================================== multi-turn tool use
+# verl's multi-turn rollout keys. Refused in this build; ppokit's multi-turn work names them multi_turn,
+# tool_config_path, max_assistant_turns, max_tool_response_length, tool_format, max_parallel_calls: flip an
+# entry to mapped by giving it that target (K(False, "multi_turn"), ...) and dropping `refuse`.
+_MT = "multi-turn tool use is not in this build"
+M = A + "rollout.multi_turn."
+MULTI_TURN_KEYS: dict[str, VerlKey] = {
+    M + "enable": K(False, None, _MT, refuse=_MT),
+    M + "tool_config_path": K(None, None, _MT, refuse=_MT),
+    M + "max_assistant_turns": K(None, None, _MT, refuse=_MT),
+    M + "max_tool_response_length": K(256, None, _MT, refuse=_MT),
+    M + "format": K("hermes", None, _MT, refuse=_MT),
+    M + "max_parallel_calls": K(1, None, _MT, refuse=_MT),
+    M + "max_user_turns": K(None, None, _MT, refuse=_MT),
+    M + "max_turns": K(None, None, _MT, refuse=_MT),  # the 2025 name of max_assistant_turns (hand-kept table)
+    M + "tool_response_truncate_side": K("middle", None, _MT, refuse=_MT),
+    M + "interaction_config_path": K(None, None, _MT, refuse=_MT),
+    M + "use_inference_chat_template": K(False, None, _MT, refuse=_MT),
+    M + "tokenization_sanity_check_mode": K("strict", None, _MT, refuse=_MT),
+    M + "num_repeat_rollouts": K(None, None, _MT, refuse=_MT),
+    M + "completion_callback": K(None, None, _MT, refuse=_MT),
+    M + "_target_": K("verl.workers.config.MultiTurnConfig", None, _MT),
+    "data.tool_config_path": K(None, None, _MT, refuse=_MT),  # verl 0.6+: ${...multi_turn.tool_config_path}
+}
+TABLE.update(MULTI_TURN_KEYS)
+# ================================================================================ end of multi-turn block
+
+R = A + "rollout."
+TABLE.update({
+    "algorithm.rollout_correction.rollout_is": K(None, "rollout_is", "null -> off; token or sequence", _rollout_is,
+                                                  _if("rollout_is", lambda v: None if v == "off" else v)),
+    "algorithm.rollout_correction.rollout_is_threshold": K(2.0, "rollout_is_cap", "the truncation cap"),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.enable": K(None, "enable_overlong_reward_buffer",
+                                                                "verl's DAPO recipe (a + key)",
+                                                                _unless_null("enable_overlong_reward_buffer"),
+                                                                lambda a: SKIP),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.len": K(None, "overlong_reward_buffer", "tokens",
+                                                             _unless_null("overlong_reward_buffer"), lambda a: SKIP),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor": K(None, "overlong_penalty_factor", "",
+                                                                        _unless_null("overlong_penalty_factor"),
+                                                                        lambda a: SKIP),
+})
+INTERPOLATED["data.tool_config_path"] = "${" + M + "tool_config_path}"
+
+_MEGATRON = "ppokit trains with DeepSpeed ZeRO, not Megatron-LM (parallel sizes and Megatron options)"
+_PROFILE = "profiler switch; ppokit logs step timings as metrics"
+_SEED = "ppokit's seed sets data order, sampling and initialisation"
+_TEXT = "ppokit trains text-only models"
+_SERVE = "rollout-server option (async servers, weight sync, tracing) that ppokit's in-process engine does not need"
+_RM = "reward-model serving option (Ray resource pools, generative reward models)"
+_LOSS_MODE = "read only by a policy_loss.loss_mode ppokit refuses (clip_cov, kl_cov, geo_mean, sapo ...)"
+_MLORA = "verl's Megatron LoRA block; ppokit reads actor_rollout_ref.model.lora_rank/lora_alpha"
+U = Rule
+RULES: tuple[Rule, ...] = (
+    # ---- refused: they change what is trained or scored, and ppokit has no such feature
+    U("algorithm.use_pf_ppo", "ppokit has no PF-PPO sample reweighting", refuse=True),
+    U("algorithm.rollout_correction.rollout_rs*", "ppokit has no rollout rejection sampling (it weights with "
+      "rollout_is only)", refuse=True),
+    U("algorithm.rollout_correction.rollout_token_veto_threshold", "ppokit has no token veto", refuse=True),
+    U("algorithm.rollout_correction.bypass_mode", "ppokit always recomputes old log-probs", refuse=True),
+    U("algorithm.rollout_correction.rollout_is_batch_normalize", "ppokit does not normalise IS weights",
+      refuse=True),
+    U("algorithm.rollout_correction.use_policy_gradient", "ppokit has no pure policy-gradient IS loss", refuse=True),
+    U("algorithm.rollout_correction.loss_type", "ppokit applies rollout_is to the clipped PPO loss only",
+      refuse=True, inert=("ppo_clip",)),
+    U("reward_model.sandbox_fusion.url", "ppokit has no code sandbox; score code with reward_functions or "
+      "reward_server", refuse=True),
+    U("trainer.val_only", "ppokit has no validation-only run", refuse=True),
+    U("critic.model.lora_rank", "ppokit puts LoRA on the actor only", refuse=True),
+    U("*.model.lora.rank", _MLORA, refuse=True),
+    U(A + "model.lora_adapter_path", "ppokit starts LoRA from fresh adapters", refuse=True),
+    U(A + "model.lora.adapter_path", "ppokit starts LoRA from fresh adapters", refuse=True),
+    U(A + "model.mtp.enable*", "ppokit has no multi-token-prediction training or speculative rollout",
+      refuse=True),
+    U("*.router_replay.mode", "ppokit has no MoE router replay", refuse=True, inert=("disabled",)),
+    U(R + "enable_rollout_routing_replay", "ppokit has no MoE router replay", refuse=True),
+    U(A + "actor.loss_scale_factor", "ppokit's loss denominators span the whole mini-batch; no extra scale",
+      refuse=True),
+    U("data.apply_chat_template_kwargs*", "ppokit renders chat templates with their defaults; set chat_template "
+      "to a template that does what you need", refuse=True),
+    U(A + "model.custom_chat_template", "set ppokit's chat_template (a template file or folder)", refuse=True),
+    U("data.sampler.class_path", "ppokit has no pluggable sampler (curricula)", refuse=True),
+    U("data.datagen.path", "ppokit has no dynamic dataset generator", refuse=True),
+    U(R + "agent.agent_loop_config_path", "ppokit has no agent loops", refuse=True),
+    U(R + "agent.custom_async_server.path", "ppokit has no pluggable rollout servers", refuse=True),
+    U("reward_manager.module.path", "ppokit has no pluggable reward managers; use custom_reward_function",
+      refuse=True),
+    U("*.optim.optimizer", "ppokit trains with AdamW", refuse=True, inert=("AdamW", "adam", "adamw")),
+    U("*.optim.num_cycles", "ppokit's cosine schedule is a half cycle", refuse=True, inert=(0.5,)),
+    # ---- accepted, no effect here
+    U("*._target_", "verl's dataclass binding (Hydra _target_)"),
+    U("*.megatron.*", _MEGATRON),
+    U("*.fsdp_config.*", _FSDP),
+    U("*.profile*", _PROFILE),
+    U("global_profiler.*", _PROFILE),
+    U("trainer.*nsight_options*", _PROFILE),
+    U("trainer.npu_profile.*", _PROFILE),
+    U("ray_kwargs.*", _RAY),
+    U("*.nccl_timeout", "the process-group timeout is ppokit.launch's"),
+    U("trainer.esi_redundant_time", _RAY),
+    U("transfer_queue.*", _RAY),
+    U("trainer.use_legacy_worker_impl", _RAY),
+    U("*.load_weight", "weights always load from the model path"),
+    U("*.checkpoint.*", "checkpoints always hold HF weights, optimizer and run state"),
+    U("trainer.remove_previous_ckpt_in_save", "use trainer.max_actor_ckpt_to_keep"),
+    U("trainer.val_generations_to_log_to_wandb", "evaluation writes its samples to the output folder"),
+    U("*.param_offload", _FSDP),
+    U("*data_loader_seed", _SEED),
+    U("data.seed", _SEED),
+    U("*.use_shm", "a loading switch (shared memory); models load from their folder"),
+    U("data.dataloader_num_workers", "prompts are read in process"),
+    U("data.val_max_samples", "evaluation reads all of eval_datasets"),
+    U("data.validation_shuffle", "evaluation reads eval_datasets in order"),
+    U("data.image_patch_size", _TEXT), U("data.return_multi_modal_inputs", _TEXT),
+    U(A + "actor.freeze_vision_tower", _TEXT),
+    U("data.sampler.class_name", "read only with data.sampler.class_path"),
+    U("data.datagen.name", "read only with data.datagen.path"),
+    U("algorithm.pf_ppo.*", "read only with algorithm.use_pf_ppo"),
+    U(A + "actor.policy_loss.*", _LOSS_MODE),
+    U(A + "actor.tau_*", _LOSS_MODE),
+    U("reward_model.sandbox_fusion.*", "read only with reward_model.sandbox_fusion.url"),
+    U("*.model.lora.*", _MLORA),
+    U("critic.model.lora_alpha", "ppokit puts LoRA on the actor only"),
+    U("critic.model.target_modules", "ppokit puts LoRA on the actor only"),
+    U(A + "model.exclude_modules", "ppokit puts LoRA on every attention and MLP projection"),
+    U(A + "model.mtp.*", "read only with model.mtp.enable"),
+    U(R + "mtp", "read only with model.mtp.enable"),
+    U("*.router_replay.*", "read only with router_replay.mode"),
+    U(A + "model.tokenizer_path", "the tokenizer comes from the model folder"),
+    U(A + "model.hf_config_path", "the model config comes from the model folder"),
+    U("*.model.enable_activation_offload", "a memory switch; ppokit recomputes activations (recompute)"),
+    U("*.model.gradient_checkpointing_kwargs.*", "transformers checkpoints whole decoder layers"),
+    U("*.model.tiled_mlp.*", _KERNEL),
+    U("*.model.use_fused_kernels", _KERNEL),
+    U("*.model.fused_kernel_options", _KERNEL),
+    U(A + "actor.use_fused_kernels", _KERNEL),
+    U(A + "actor.use_remove_padding", "ppokit masks padding with attention masks"),
+    U("*entropy_checkpointing", _KERNEL),
+    U("*entropy_from_logits_with_chunking", "ppokit computes log-probs in chunks of chunk_size tokens"),
+    U(A + "actor.calculate_entropy", "a metric switch"),
+    U(A + "actor.*sum_pi_squared*", "a metric switch"),
+    U(A + "actor.use_prefix_grouper", "a throughput switch (shared-prefix batching)"),
+    U("*.rollout_n", "follows actor_rollout_ref.rollout.n"),
+    U(A + "ref.model", "the reference model is the actor's starting weights"),
+    U("*.optim.*", "an optimizer/scheduler option of verl's Megatron or FSDP engine that ppokit's AdamW schedule "
+      "does not have"),
+    U("critic.kl_ctrl.*", "never read by verl either (the KL controller is algorithm.kl_ctrl)"),
+    U("critic.enable", "ppokit trains a critic exactly when adv_estimator is gae"),
+    U("critic.loss_agg_mode", "the critic's value loss follows the actor's loss_agg_mode"),
+    U("reward_model.rollout.*", _RM), U("reward_model.enable_resource_pool", _RM),
+    U("reward_model.n_gpus_per_node", _RM), U("reward_model.nnodes", _RM), U("reward_model.num_workers", _RM),
+    U("reward_model.*reward_loop*", _RM),
+    U("reward_model.model.*", "the reward model loads with transformers' built-in classes"),
+    U("reward_manager.*", "rewards are computed batch-wise in process"),
+    U(R + "agent.*", _SERVE), U(R + "checkpoint_engine.*", _SERVE), U(R + "prometheus.*", _SERVE),
+    U(R + "trace.*", _SERVE), U(R + "skip_*", _SERVE), U(R + "update_weights_bucket_megabytes", _SERVE),
+    U(R + "layer_name_map.*", _SERVE), U(R + "layered_summon", _SERVE), U(R + "multi_stage_wake_up", _SERVE),
+    U(R + "over_sample_rate", _SERVE), U(R + "scheduling_policy", _SERVE), U(R + "chat_scheduler", _SERVE),
+    U(R + "calculate_log_probs", "ppokit keeps the rollout log-probs rollout_is needs"),
+    U(R + "logprobs_mode", _VLLM), U(R + "cudagraph_capture_sizes", _VLLM), U(R + "enable_prefix_caching", _VLLM),
+    U(R + "quantization*", "rollout weights are not quantised in ppokit"),
+    U(R + "*_parallel_size", "the vLLM rollout shards by tensor_model_parallel_size only"),
+)
+"""verl keys outside TABLE, by pattern (first match wins; refusals first). Every leaf of every snapshotted
+verl release resolves through TABLE or one of these, and every rule matches a leaf (tests/verl/test_verl_eras.py)."""
+
+ERAS: dict[str, tuple[str, ...]] = era_leaves()
+"""Every leaf of every snapshotted verl release -> the releases holding it (ppokit/args/verl_eras.py)."""
+
+
+class Resolution(NamedTuple):
+    kind: str  # "mapped" | "no_effect" | "refused"
+    reason: str  # the note (mapped), why it has no effect, or the refusal sentence
+    entry: VerlKey | None
+    rule: Rule | None
+
+
+def free_form_root(key: str) -> str | None:
+    """The free-form mapping ``key`` lies in (its sub-keys are the user's own), or None."""
+    parts = key.split(".")
+    return next((".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in FREE_FORM), None)
+
+
+def is_known(key: str) -> bool:
+    """True for a key of some snapshotted verl release, of the table, or inside a free-form mapping."""
+    return key in TABLE or key in ERAS or free_form_root(key) is not None
+
+
+def removed_in(key: str) -> str | None:
+    """The first snapshotted release that no longer has ``key`` (None: still in the newest)."""
+    held = ERAS.get(key)
+    if not held or VERSIONS[-1] in held:
+        return None
+    return VERSIONS[VERSIONS.index(held[-1]) + 1]
+
+
+def resolve(key: str) -> Resolution | None:
+    """What ``key`` does here: TABLE, then RULES, then free-form mappings; None for a key in no era."""
+    entry = TABLE.get(key)
+    if entry is not None:
+        kind = "refused" if entry.refuse else ("mapped" if entry.target or entry.convert else "no_effect")
+        return Resolution(kind, entry.refuse or entry.note, entry, None)
+    if not is_known(key):
+        return None
+    for rule in RULES:
+        if fnmatch.fnmatchcase(key, rule.pattern):
+            return Resolution("refused" if rule.refuse else "no_effect", rule.reason, None, rule)
+    root = free_form_root(key)
+    if root is not None:
+        return Resolution("no_effect", f"free-form options of {root} that ppokit does not read", None, None)
+    return Resolution("unresolved", "a verl key the table has no entry for (a ppokit bug)", None, None)
