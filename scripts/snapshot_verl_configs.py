@@ -6,7 +6,7 @@
 For each release: ``ppo_trainer.yaml`` and ``ppo_megatron_trainer.yaml`` (verl's composed tree, comments
 dropped: ``_generated_*.yaml`` from v0.5 on, the single file before) and ``launch_lines.json`` (the
 ``key=value`` tokens of every ``python3 -m verl.trainer.main_ppo`` line under ``examples/``, shell variables
-set in the script substituted; an example ``--config-name`` YAML is written out as its leading tokens).
+set in the script substituted, the ones it reads from its environment given stand-ins; an example ``--config-name`` YAML is written out as its leading ``++key=value`` tokens).
 Only the tokens are kept, not the scripts. A new verl release: add its tag to VERSIONS, rerun, and
 ``tests/verl/test_verl_eras.py`` shows every leaf the table does not resolve yet.
 """
@@ -104,6 +104,18 @@ def _closing(text: str, start: int) -> int:
     return len(text)
 
 
+_COUNTS = re.compile(r"NODES|NNODES|NUM|GPUS|WORKER", re.IGNORECASE)
+
+
+def _stand_ins(words: list[str]) -> list[str]:
+    """Variables the script reads from its environment (or from a command) become stand-ins, so the line
+    can be read: 1 for node/GPU counts, else the variable's name."""
+    def one(m):
+        name = m.group(1) or m.group(2)
+        return "1" if _COUNTS.search(name) else name.lower()
+    return [re.sub(r"\$\{([A-Za-z_]\w*)[^}]*\}|\$([A-Za-z_]\w*)", one, w) for w in words]
+
+
 def _logical_lines(text: str) -> list[str]:
     return text.replace("\\\r\n", " ").replace("\\\n", " ").splitlines()
 
@@ -146,7 +158,7 @@ def _config_tokens(repo: str, version: str, script: str, name: str, path: str | 
             tokens += _config_tokens(repo, version, found[0], parent, path)[0]
     tree.pop("hydra", None)
     for key, value in flatten(tree).items():
-        tokens.append(f"{key}={hydra_literal(value)}")
+        tokens.append(f"++{key}={hydra_literal(value)}")  # a YAML merge: sets, or adds the example's own keys
     return tokens, stem
 
 
@@ -176,6 +188,7 @@ def script_lines(repo: str, version: str, script: str) -> list[dict]:
         words = _command_words(_expand(line, env))
         if words is None:
             continue
+        words = _stand_ins(words)
         tokens, name, path, skipped = [], "ppo_trainer", None, []
         it = iter(words)
         for word in it:
@@ -194,9 +207,6 @@ def script_lines(repo: str, version: str, script: str) -> list[dict]:
                  "tokens": head + tokens}
         if config not in BUILTIN:
             entry["example_config"] = config
-        unresolved = [t for t in tokens if "$" in t]
-        if unresolved:
-            entry["unresolved"] = unresolved
         out.append(entry)
     return out
 
@@ -304,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     previous: list[dict] = []
     for version in () if opts.eras_only else VERSIONS:
         previous = write_version(opts.repo, opts.out, version, previous)
+    text = eras_module(opts.out)  # before opening: the table imports the module being rewritten
     with open("ppokit/args/verl_eras.py", "w", encoding="utf-8") as f:
-        f.write(eras_module(opts.out))
+        f.write(text)
     return 0
 
 

@@ -146,11 +146,15 @@ def _estimator(value, ctx):
     return {"rl_algorithm": ESTIMATORS[value]}
 
 
+SUBSTITUTE_ENGINES = ("sglang", "sglang_async", "trtllm")
+"""verl's other rollout engines: the same sampling, so ppokit rolls out with vllm instead (with a note)."""
+
+
 def _rollout_name(value, ctx):
-    if value not in ("hf", "vllm"):
+    if value not in ("hf", "vllm", *SUBSTITUTE_ENGINES):
         raise ConfigError(f"actor_rollout_ref.rollout.name={value!r}: ppokit rolls out with 'hf' "
-                          "(transformers.generate) or 'vllm'.")
-    return {"rollout_engine": value}
+                          "(transformers.generate) or 'vllm' (sglang and trtllm lines roll out with vllm).")
+    return {"rollout_engine": "vllm" if value in SUBSTITUTE_ENGINES else value}
 
 
 def _warmup_style(target, optim):
@@ -183,6 +187,12 @@ def _grad_clip(value, ctx):
     """``actor.grad_clip`` or its v0.7 twin ``actor.optim.clip_grad``: the one not at verl's 1.0 wins."""
     old, new = ctx.get("actor_rollout_ref.actor.grad_clip"), ctx.get("actor_rollout_ref.actor.optim.clip_grad")
     return {"max_grad_norm": float(new if new is not None and new != 1.0 else (1.0 if old is None else old))}
+
+
+def _device(value, ctx):
+    if value is not None and not str(value).startswith(("cuda", "cpu")):
+        raise ConfigError(f"trainer.device={value!r}: ppokit runs on CUDA GPUs or the CPU (cuda, cuda:N, cpu).")
+    return {} if value is None else {"device": value}
 
 
 def _rollout_is(value, ctx):

@@ -49,6 +49,7 @@ from .verl_convert import (
     _betas,
     _grad_clip,
     _max_samples,
+    _device,
     _rollout_is,
 )
 from .verl_eras import VERSIONS
@@ -133,7 +134,7 @@ TABLE: dict[str, VerlKey] = {
     A + "actor.ppo_max_token_len_per_gpu": K(16384, None, _DYN),
     A + "actor.grad_clip": K(1.0, "max_grad_norm", "one clip norm for actor and critic", _grad_clip,
                              _if("max_grad_norm", lambda v: v)),
-    A + "actor.optim.clip_grad": K(1.0, "max_grad_norm", "verl 0.7's name of actor.grad_clip", _grad_clip,
+    A + "actor.optim.clip_grad": K(1.0, "max_grad_norm", "the Megatron trainer's (and verl 0.7's) name of actor.grad_clip", _grad_clip,
                                    lambda a: SKIP),
     A + "actor.optim.betas": K([0.9, 0.999], "adam_beta1", "sets adam_beta1 and adam_beta2", _betas,
                                lambda a: [a.adam_beta1, a.adam_beta2]),
@@ -375,7 +376,7 @@ TABLE.update({
                                         _unless_null("save_total_limit"), _if("save_total_limit", _none_skip)),
     "trainer.max_critic_ckpt_to_keep": K(None, None, "follows max_actor_ckpt_to_keep"),
     "trainer.ray_wait_register_center_timeout": K(300, None, _RAY),
-    "trainer.device": K(None, "device", "null -> cuda when available, else cpu", _unless_null("device"),
+    "trainer.device": K(None, "device", "null -> cuda when available, else cpu", _device,
                         _if("device", _none_skip)),
     "ray_init.num_cpus": K(None, None, _RAY),
     "ray_init.timeline_json_file": K(None, None, _RAY),
@@ -406,6 +407,7 @@ FREE_FORM = frozenset({
     "trainer.npu_profile.options", "trainer.controller_nsight_options", "trainer.worker_nsight_options",
     "global_profiler.global_tool_config.nsys.controller_nsight_options",
     "global_profiler.global_tool_config.nsys.worker_nsight_options", "ray_kwargs.ray_init",
+    *(f"{role}.fsdp_config.mixed_precision" for role in (A + "actor", A + "ref", C + "model")),
 })
 """Mappings whose sub-keys are the user's own (accepted with a note, no effect)."""
 
@@ -441,6 +443,9 @@ TABLE.update(MULTI_TURN_KEYS)
 
 R = A + "rollout."
 TABLE.update({
+    # keys verl's own example lines set that no composed config has (verl does not read them either)
+    A + "model.torch_dtype": K(None, None, "in verl's examples, not its config; precision follows bf16/fp16"),
+    R + "sglang_rollout_mode": K(None, None, "an sglang option in verl's examples; ppokit rolls out with hf or vllm"),
     "algorithm.rollout_correction.rollout_is": K(None, "rollout_is", "null -> off; token or sequence", _rollout_is,
                                                   _if("rollout_is", lambda v: None if v == "off" else v)),
     "algorithm.rollout_correction.rollout_is_threshold": K(2.0, "rollout_is_cap", "the truncation cap"),
