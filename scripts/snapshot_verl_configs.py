@@ -178,14 +178,45 @@ def _command_words(line: str) -> list[str] | None:
     return words
 
 
+def _arrays(lines: list[str], env: dict[str, str]) -> dict[str, list[str]]:
+    """Bash arrays the script sets (``NAME=(`` one item a line ``)``), items expanded."""
+    arrays: dict[str, list[str]] = {}
+    name = None
+    for line in lines:
+        match = re.match(r"^\s*([A-Za-z_]\w*)=\((.*)$", line)
+        if match:
+            name, rest = match.group(1), match.group(2)
+            arrays[name] = []
+            line = rest
+        if name is None:
+            continue
+        done = line.rstrip().endswith(")")
+        body = line.rstrip()[:-1] if done else line
+        try:
+            arrays[name] += shlex.split(_expand(body, env), comments=True)
+        except ValueError:
+            pass
+        if done:
+            name = None
+    return arrays
+
+
+def _with_arrays(line: str, arrays: dict[str, list[str]]) -> str:
+    for name, items in arrays.items():
+        joined = " ".join(shlex.quote(i) for i in items)
+        line = line.replace(f'"${{{name}[@]}}"', joined).replace(f"${{{name}[@]}}", joined)
+    return line
+
+
 def script_lines(repo: str, version: str, script: str) -> list[dict]:
     """Each main_ppo command of one example script as {script, config_name, tokens}."""
     text = git(repo, "show", f"{version}:{script}")
     lines = _logical_lines(text)
     env = _assignments(lines, {"HOME": "~"})
+    arrays = _arrays(lines, env)
     out = []
     for line in lines:
-        words = _command_words(_expand(line, env))
+        words = _command_words(_expand(_with_arrays(line, arrays), env))
         if words is None:
             continue
         words = _stand_ins(words)
