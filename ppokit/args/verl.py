@@ -21,9 +21,19 @@ from typing import Any
 from .errors import ConfigError
 from .hydra import MISSING, Override, flatten, looks_like_override, parse_override, resolve_interpolations
 from .verl_convert import SUBSTITUTE_ENGINES, verl_bool
-from .verl_table import (ERAS, FREE_FORM, INTERPOLATED, LAUNCH_KEYS, MISSPELLED_PREFIXES, TABLE, Ctx, is_known,
-                         removed_in, resolve)
 from .verl_eras import VERSIONS
+from .verl_table import (
+    ERAS,
+    FREE_FORM,
+    INTERPOLATED,
+    LAUNCH_KEYS,
+    MISSPELLED_PREFIXES,
+    TABLE,
+    Ctx,
+    is_known,
+    removed_in,
+    resolve,
+)
 
 logger = logging.getLogger("ppokit")
 VERL_ROOTS = tuple(dict.fromkeys(["data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function",
@@ -280,12 +290,18 @@ def describe_verl_key(key: str) -> tuple[str, str | None]:
     import json
 
     notes: list[str] = []
-    entry = TABLE.get(canonical_key(key, notes))
-    if entry is None:
-        return f"{key}: accepted, no effect in ppokit (a free-form verl/Hydra option).", None
-    what = f"sets {entry.target}" if entry.target else "no effect in ppokit"
-    note = f" ({entry.note})" if entry.note else ""
-    return f"{key}: verl key, verl default {json.dumps(entry.default)}; {what}{note}.", entry.target
+    key = canonical_key(key, notes)
+    found = resolve(key)
+    releases = f"; in verl {_span(key)}" if key in ERAS else ""
+    if found is None or found.entry is None:
+        kind = "refused when it asks for the feature" if found and found.kind == "refused" else "no effect in ppokit"
+        reason = _with_era(key, found.reason) if found else "a verl/Hydra option ppokit does not read"
+        return f"{key}: verl key; {kind} ({reason}){releases}.", None
+    entry = found.entry
+    what = f"sets {entry.target}" if entry.target else ("refused unless at its default" if entry.refuse
+                                                        else "no effect in ppokit")
+    note = f" ({_with_era(key, entry.note)})" if entry.note else ""
+    return f"{key}: verl key, verl default {json.dumps(entry.default)}; {what}{note}{releases}.", entry.target
 
 
 def _span(key: str) -> str:
