@@ -173,10 +173,14 @@ def translate_verl(tokens: list[str], base: dict[str, Any] | None = None, world:
     keys = list(cfg) if base is not None else given
     for key in keys:
         entry = TABLE.get(key)
-        if entry is None:  # a rule's key, free-form or hydra.* key
+        if entry is None:  # a rule's key, free-form or hydra.* key (given, or set by a YAML file)
+            line = _rule_line(key, cfg[key])
             if key in given:
-                mapping[key] = _rule_line(key, cfg[key])
+                mapping[key] = line
             continue
+        if cfg[key] == "???" and (entry.target or entry.convert):
+            raise ConfigError(f"{key}=???: a mandatory value in verl's config (OmegaConf's ???); give {key}=... "
+                              "on the command line or in the file.")
         try:
             updates = entry.apply(cfg[key], ctx)
         except (TypeError, ValueError) as exc:

@@ -37,10 +37,11 @@ class VerlKey:
     note: str = ""
     convert: Callable[[Any, Ctx], dict[str, Any]] | None = None
     inverse: Callable[[Any], Any] | None = None
-    refuse: str = ""  # non-empty: a value other than the default stops with this sentence
+    refuse: str = ""  # non-empty: a value other than the default (or one of `inert`) stops with this sentence
+    inert: tuple[Any, ...] = ()  # with `refuse`: other releases' defaults, which ask for nothing either
 
     def apply(self, value: Any, ctx: Ctx) -> dict[str, Any]:
-        if self.refuse and value is not None and value != self.default:
+        if self.refuse and value is not None and value != self.default and value not in self.inert:
             raise ConfigError(f"{self.refuse} (given {value!r}, verl's default {self.default!r})")
         if self.convert is not None:
             return self.convert(value, ctx)

@@ -154,7 +154,7 @@ TABLE: dict[str, VerlKey] = {
                                        "checkpoints always hold HF weights, optimizer and run state"),
     A + "actor.optim.lr": K(1e-6, "learning_rate"),
     A + "actor.optim.lr_warmup_steps": K(-1, "warmup_steps", "-1 -> lr_warmup_steps_ratio",
-                                         _to("warmup_steps", lambda v, c: max(int(v), 0)),
+                                         _unless_null("warmup_steps", lambda v, c: max(int(v), 0)),
                                          _if("warmup_steps", lambda v: v if v > 0 else SKIP)),
     A + "actor.optim.lr_warmup_steps_ratio": K(0.0, "warmup_ratio"),
     A + "actor.optim.min_lr_ratio": K(None, "min_learning_rate", "sets min_learning_rate = ratio x lr",
@@ -417,10 +417,10 @@ MULTI_TURN_KEYS: dict[str, VerlKey] = {
     M + "tool_config_path": K(None, None, _MT, refuse=_MT),
     M + "max_assistant_turns": K(None, None, _MT, refuse=_MT),
     M + "max_tool_response_length": K(256, None, _MT, refuse=_MT),
-    M + "format": K("hermes", None, _MT, refuse=_MT),
+    M + "format": K("hermes", None, _MT, refuse=_MT, inert=("chatml",)),  # chatml: verl 0.4.0's default
     M + "max_parallel_calls": K(1, None, _MT, refuse=_MT),
     M + "max_user_turns": K(None, None, _MT, refuse=_MT),
-    M + "max_turns": K(None, None, _MT, refuse=_MT),  # the 2025 name of max_assistant_turns (hand-kept table)
+    M + "max_turns": K(None, None, _MT, refuse=_MT),  # verl 0.4.0's name of max_assistant_turns
     M + "tool_response_truncate_side": K("middle", None, _MT, refuse=_MT),
     M + "interaction_config_path": K(None, None, _MT, refuse=_MT),
     M + "use_inference_chat_template": K(False, None, _MT, refuse=_MT),

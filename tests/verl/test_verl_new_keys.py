@@ -85,3 +85,14 @@ def test_explain_names_the_releases_and_the_reason():
     assert explain("actor_rollout_ref.actor.fsdp_config.grad_offload").endswith("in verl v0.2.")
     assert "removed in verl v0.3.0.post1" in explain("actor_rollout_ref.actor.fsdp_config.grad_offload")
     assert "multi-turn tool use is not in this build" in explain("actor_rollout_ref.rollout.multi_turn.enable")
+
+
+def test_a_yaml_file_is_held_to_the_same_refusals(tmp_path):
+    (tmp_path / "recipe.yaml").write_text("defaults: [ppo_trainer, _self_]\nalgorithm:\n  use_pf_ppo: true\n",
+                                          encoding="utf-8")
+    with pytest.raises(ConfigError, match="algorithm.use_pf_ppo=True: ppokit has no PF-PPO"):
+        parse_main_ppo(["--config-path", str(tmp_path), "--config-name", "recipe"])
+    (tmp_path / "ok.yaml").write_text("actor_rollout_ref:\n  actor:\n    use_kl_loss: no\n    kl_loss_coef: 0.1\n"
+                                      "    fsdp_config:\n      grad_offload: true\n", encoding="utf-8")
+    args, _, _ = parse_main_ppo(["--config-path", str(tmp_path), "--config-name", "ok"])
+    assert args.kl_loss_coeff == 0.0
