@@ -427,7 +427,7 @@ MULTI_TURN_KEYS: dict[str, VerlKey] = {
     M + "tokenization_sanity_check_mode": K("strict", None, _MT, refuse=_MT),
     M + "num_repeat_rollouts": K(None, None, _MT, refuse=_MT),
     M + "completion_callback": K(None, None, _MT, refuse=_MT),
-    M + "_target_": K("verl.workers.config.MultiTurnConfig", None, _MT),
+    M + "_target_": K("verl.workers.config.MultiTurnConfig", None, "verl's dataclass binding (Hydra _target_)"),
     "data.tool_config_path": K(None, None, _MT, refuse=_MT),  # verl 0.6+: ${...multi_turn.tool_config_path}
 }
 TABLE.update(MULTI_TURN_KEYS)

@@ -96,3 +96,22 @@ def test_a_yaml_file_is_held_to_the_same_refusals(tmp_path):
                                       "    fsdp_config:\n      grad_offload: true\n", encoding="utf-8")
     args, _, _ = parse_main_ppo(["--config-path", str(tmp_path), "--config-name", "ok"])
     assert args.kl_loss_coeff == 0.0
+
+
+def test_run_ppo_reads_verl_booleans_and_removed_keys_too(tmp_path, capsys):
+    import json
+
+    from ppokit.args.cli import parse_cli
+
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"rl_algorithm": "grpo", "rollout_n": 4, "global_batch_size": 4, "kl_loss_coeff": 0.2}))
+    with pytest.raises(SystemExit) as stop:
+        parse_cli([str(cfg), "actor_rollout_ref.actor.use_kl_loss=0", "actor_rollout_ref.actor.fsdp_config.grad_offload=1",
+                   "--print_config"])
+    assert stop.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kl_loss_coeff"] == 0.0
+    assert any("grad_offload=1 has no effect here" in n and "removed in verl v0.3.0.post1" in n for n in out["notes"])
+    with pytest.raises(SystemExit):
+        parse_cli([str(cfg), "algorithm.use_kl_in_reward=maybe"])
+    assert "algorithm.use_kl_in_reward='maybe' is not a boolean" in capsys.readouterr().err
