@@ -113,7 +113,6 @@ def apply_overrides(cfg: dict[str, Any], overrides: list[Override], notes: list[
         key = canonical_key(o.key, notes, added=o.op in ("add", "force"))
         if o.op == "remove":
             if key not in out and key not in TABLE:  # a known key outside the table: nothing to remove
-                given.append(key)
                 continue
             if key not in out:
                 raise ConfigError(f"command line: '{o.token}': there is no '{key}' to remove.")

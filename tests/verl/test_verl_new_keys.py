@@ -115,3 +115,13 @@ def test_run_ppo_reads_verl_booleans_and_removed_keys_too(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_cli([str(cfg), "algorithm.use_kl_in_reward=maybe"])
     assert "algorithm.use_kl_in_reward='maybe' is not a boolean" in capsys.readouterr().err
+
+
+def test_removing_a_key_outside_the_table_is_a_no_op_in_both_modes(capsys):
+    from ppokit.args.cli import parse_cli
+
+    args, _, _ = parse_main_ppo(["~actor_rollout_ref.actor.megatron.seed"])
+    assert args.rollout_n == 1
+    with pytest.raises(SystemExit) as stop:
+        parse_cli(["~actor_rollout_ref.actor.megatron.seed", "--print_config"])
+    assert stop.value.code == 0
