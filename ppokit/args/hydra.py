@@ -7,7 +7,8 @@
 
 Values follow Hydra's grammar where verl lines use it: ``null``, ``true/false/True/False``, integers,
 floats (``1e-6`` too), quoted strings (``'a b'``, ``"x"``), lists ``[a,b,'c d']`` (nested), ``{}``/``[]``,
-and ``${other.key}`` interpolation of another key. Anything else is a plain string.
+``${other.key}`` interpolation of another key and OmegaConf's ``${oc.select:other.key, default}``.
+Anything else is a plain string.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ _INT = re.compile(r"^[-+]?\d+$")
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(inf|nan)$", re.IGNORECASE)
 _INTERPOLATION = re.compile(r"^\$\{([\w.\-]+)\}$")
 _EMBEDDED = re.compile(r"\$\{([\w.\-]+)\}")
+_SELECT = re.compile(r"^\$\{oc\.select:\s*([\w.\-]+)\s*(?:,(.*))?\}$", re.DOTALL)
 MISSING = object()
 
 
@@ -126,20 +128,42 @@ def flatten(tree: dict[str, Any], prefix: str = "", leaves: frozenset[str] = fro
 
 def resolve_interpolations(values: dict[str, Any]) -> dict[str, Any]:
     """Replace values written ``${other.key}`` by that key's value (chains followed, cycles refused)."""
-    out = dict(values)
+    out = {key: _select(key, value, values) for key, value in values.items()}
     for key in values:
         seen = [key]
         while isinstance(out[key], str) and (match := _INTERPOLATION.match(out[key])):
-            target = match.group(1)
+            target = absolute_key(seen[-1], match.group(1))
             if target not in values:
                 raise ConfigError(f"{key}={out[key]}: the interpolated key '{target}' does not exist.")
             if target in seen:
                 raise ConfigError(f"{key}: interpolation cycle {' -> '.join([*seen, target])}.")
             seen.append(target)
-            out[key] = values[target]
+            out[key] = out[target]
         if isinstance(out[key], str) and "${" in out[key]:
             out[key] = _EMBEDDED.sub(lambda m, key=key: _embedded(key, m.group(1), out), out[key])
     return out
+
+
+def absolute_key(holder: str, target: str) -> str:
+    """OmegaConf's relative interpolation (``${.sibling}``, ``${..uncle}``) as a dotted key from the root."""
+    if not target.startswith("."):
+        return target
+    rest = target.lstrip(".")
+    parts = holder.split(".")[:-1]
+    parts = parts[:len(parts) - (len(target) - len(rest) - 1)]
+    return ".".join([*parts, rest])
+
+
+def _select(key: str, value: Any, values: dict[str, Any]) -> Any:
+    """OmegaConf's ``${oc.select:key, default}`` (verl 0.6+ configs): the key's value (as an interpolation of
+    it, resolved below) when it exists, else the default."""
+    match = _SELECT.match(value) if isinstance(value, str) else None
+    if match is None:
+        return value
+    target, default = absolute_key(key, match.group(1)), match.group(2)
+    if target in values:
+        return "${" + target + "}"
+    return None if default is None else parse_value(default)
 
 
 def _embedded(key: str, target: str, values: dict[str, Any]) -> str:

@@ -20,11 +20,26 @@ from typing import Any
 
 from .errors import ConfigError
 from .hydra import MISSING, Override, flatten, looks_like_override, parse_override, resolve_interpolations
-from .verl_table import FREE_FORM, INTERPOLATED, LAUNCH_KEYS, MISSPELLED_PREFIXES, TABLE, Ctx
+from .verl_convert import SUBSTITUTE_ENGINES, verl_bool
+from .verl_eras import VERSIONS
+from .verl_table import (
+    ERAS,
+    FREE_FORM,
+    INTERPOLATED,
+    LAUNCH_KEYS,
+    MISSPELLED_PREFIXES,
+    TABLE,
+    Ctx,
+    is_known,
+    removed_in,
+    resolve,
+)
 
 logger = logging.getLogger("ppokit")
-VERL_ROOTS = ("data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function", "algorithm",
-              "trainer", "ray_init", "hydra")
+VERL_ROOTS = tuple(dict.fromkeys(["data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function",
+                                  "algorithm", "trainer", "ray_init", "hydra", *(k.split(".")[0] for k in ERAS)]))
+BUILTIN_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
+"""verl's own --config-name values: its composed defaults (ppokit's table), not a file of the user's."""
 
 
 @dataclass
@@ -70,20 +85,23 @@ def is_verl_key(key: str) -> bool:
     return "." in key or key in VERL_ROOTS
 
 
-def canonical_key(key: str, notes: list[str]) -> str:
+def canonical_key(key: str, notes: list[str], added: bool = False) -> str:
     """The table's spelling of ``key``: a known misspelled prefix is fixed with a warning; an unknown key
-    raises ConfigError naming the closest verl key."""
+    raises ConfigError naming the closest verl key, unless ``added`` (Hydra's ``+key``: a key of the user's
+    own, which verl accepts and does not read; noted here)."""
     for wrong, right in MISSPELLED_PREFIXES.items():
         if key.startswith(wrong):
             fixed = right + key[len(wrong):]
             notes.append(f"'{key}' is read as '{fixed}' (the '{wrong}' spelling comes from a widely copied guide; "
                          f"verl itself would refuse it).")
             key = fixed
-    if key in TABLE or key in FREE_FORM or any(key.startswith(prefix + ".") for prefix in FREE_FORM):
+    if is_known(key) or key.startswith("hydra."):
         return key
-    if key.startswith("hydra."):
+    match = difflib.get_close_matches(key, sorted({*TABLE, *ERAS}), n=1, cutoff=0.6)
+    if added:
+        hint = f" (did you mean {match[0]}?)" if match else ""
+        notes.append(f"'+{key}' adds a key no verl release has{hint}; verl does not read it, and it has no effect here.")
         return key
-    match = difflib.get_close_matches(key, list(TABLE), n=1, cutoff=0.6)
     hint = f"; did you mean {match[0]}?" if match else "; docs/verl.md lists every verl key ppokit reads."
     raise ConfigError(f"command line: unknown verl key '{key}'{hint}")
 
@@ -92,15 +110,21 @@ def apply_overrides(cfg: dict[str, Any], overrides: list[Override], notes: list[
     """Apply verl overrides to a flat config (Hydra's rules for +, ++ and ~); returns (config, given keys)."""
     out, given = dict(cfg), []
     for o in overrides:
-        key = canonical_key(o.key, notes)
+        key = canonical_key(o.key, notes, added=o.op in ("add", "force"))
         if o.op == "remove":
+            if key not in out and key not in TABLE:  # a known key outside the table: nothing to remove
+                continue
             if key not in out:
                 raise ConfigError(f"command line: '{o.token}': there is no '{key}' to remove.")
             if o.value is not MISSING and out[key] != o.value:
                 raise ConfigError(f"command line: '{o.token}': '{key}' is {out[key]!r}, not {o.value!r}.")
             out[key] = verl_defaults().get(key)
-        elif o.op == "add" and key in out:
+        elif o.op == "add" and key in out and set(ERAS.get(key, ())) == set(VERSIONS):
             raise ConfigError(f"command line: '{o.token}': '{key}' already exists; write {o.token[1:]} to change it.")
+        elif o.op == "add" and key in out:  # a key some releases lack: their lines add it
+            notes.append(f"'{o.token}': '{key}' is in verl's config from {ERAS[key][0]} on (read as a plain set)."
+                         if key in ERAS else f"'{o.token}': read as a plain set.")
+            out[key] = o.value
         else:
             out[key] = o.value
         given.append(key)
@@ -127,6 +151,9 @@ def planned_world_size(cfg: dict[str, Any]) -> int:
     if os.environ.get("WORLD_SIZE"):
         return max(int(os.environ["WORLD_SIZE"]), 1)
     nodes, gpus = cfg.get("trainer.nnodes"), cfg.get("trainer.n_gpus_per_node")
+    for key, value in (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", gpus)):
+        if value is not None and not (isinstance(value, int) or str(value).isdigit()):
+            raise ConfigError(f"{key}={value!r} is not a whole number of {'nodes' if 'nnodes' in key else 'GPUs'}.")
     return max(int(nodes or 1) * int(gpus or 1), 1) if (nodes is not None or gpus is not None) else 1
 
 
@@ -137,7 +164,7 @@ def translate_verl(tokens: list[str], base: dict[str, Any] | None = None, world:
     notes: list[str] = []
     verl, plain, drop = parse_tokens(tokens)
     cfg, given = apply_overrides(base or {}, verl, notes)
-    cfg = resolve_interpolations(cfg)
+    cfg = _booleans(resolve_interpolations(cfg))
     world = planned_world_size(cfg) if world is None else world
     ctx = Ctx(cfg, world)
     values: dict[str, Any] = {}
@@ -145,14 +172,20 @@ def translate_verl(tokens: list[str], base: dict[str, Any] | None = None, world:
     keys = list(cfg) if base is not None else given
     for key in keys:
         entry = TABLE.get(key)
-        if entry is None:  # free-form or hydra.* key
+        if entry is None:  # a rule's key, free-form or hydra.* key (given, or set by a YAML file)
+            line = _rule_line(key, cfg[key])
             if key in given:
-                mapping[key] = {"value": cfg[key], "no_effect": "verl/Hydra option ppokit does not read"}
+                mapping[key] = line
             continue
+        if cfg[key] == "???" and (entry.target or entry.convert):
+            raise ConfigError(f"{key}=???: a mandatory value in verl's config (OmegaConf's ???); give {key}=... "
+                              "on the command line or in the file.")
         try:
             updates = entry.apply(cfg[key], ctx)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{key}={cfg[key]!r} is not valid: {exc}.") from None
+        except ConfigError as exc:
+            raise ConfigError(f"{key}: {exc}" if not str(exc).startswith(key) else str(exc)) from None
         values.update(updates)
         if key in given:
             mapping[key] = _mapping_line(key, cfg[key], updates, entry)
@@ -163,15 +196,40 @@ def translate_verl(tokens: list[str], base: dict[str, Any] | None = None, world:
     return VerlTranslation(values, plain, drop, mapping, notes, world, cfg)
 
 
+def _booleans(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Values of boolean verl keys as OmegaConf reads them (``use_kl_loss=0`` is false); anything else is refused."""
+    return {k: verl_bool(k, v) if k in TABLE and isinstance(TABLE[k].default, bool) else v for k, v in cfg.items()}
+
+
+def _rule_line(key: str, value: Any) -> dict[str, Any]:
+    """The --print_config line of a key outside TABLE; a refused one with a value that asks for it stops here."""
+    found = resolve(key)
+    if found is None or found.rule is None:
+        reason = found.reason if found else "verl/Hydra option ppokit does not read"
+        return {"value": value, "no_effect": _with_era(key, reason)}
+    found.rule.check(key, value)
+    return {"value": value, "no_effect": _with_era(key, found.reason)}
+
+
+def _with_era(key: str, reason: str) -> str:
+    gone = removed_in(key)
+    return f"{reason} (removed in verl {gone})" if gone else reason
+
+
 def _semantic_notes(cfg: dict[str, Any], given: list[str]) -> list[str]:
     """Notes where a verl setting means something ppokit does differently."""
+    out = []
+    engine = cfg.get("actor_rollout_ref.rollout.name")
+    if engine in SUBSTITUTE_ENGINES and "actor_rollout_ref.rollout.name" in given:
+        out.append(f"actor_rollout_ref.rollout.name={engine}: ppokit has no {engine} engine; it rolls out "
+                   "with vllm (the same sampling; hf when vllm is not installed).")
     estimator = cfg.get("algorithm.adv_estimator")
     in_reward = ("gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
     if cfg.get("algorithm.use_kl_in_reward") and estimator is not None and estimator not in in_reward:
-        return [f"algorithm.use_kl_in_reward=True is ignored for adv_estimator={estimator}: ppokit puts KL into "
-                "the reward only for gae (ppo) and reinforce_plus_plus(_baseline); use actor_rollout_ref.actor."
-                "use_kl_loss for a KL term."]
-    return []
+        out.append(f"algorithm.use_kl_in_reward=True is ignored for adv_estimator={estimator}: ppokit puts KL "
+                   "into the reward only for gae (ppo) and reinforce_plus_plus(_baseline); use actor_rollout_ref.actor."
+                   "use_kl_loss for a KL term.")
+    return out
 
 
 def _mapping_line(key: str, value: Any, updates: dict[str, Any], entry) -> dict[str, Any]:
@@ -181,7 +239,7 @@ def _mapping_line(key: str, value: Any, updates: dict[str, Any], entry) -> dict[
     elif key in LAUNCH_KEYS:
         line["launch"] = entry.note
     elif entry.target is None:
-        line["no_effect"] = entry.note
+        line["no_effect"] = _with_era(key, entry.note)
     else:
         line["sets"] = {}
     if entry.note and entry.target is not None:
@@ -203,6 +261,10 @@ def read_verl_yaml(config_path: str, config_name: str) -> dict[str, Any]:
 
     name = config_name if config_name.endswith((".yaml", ".yml")) else config_name + ".yaml"
     path = os.path.join(config_path, name)
+    if not os.path.isfile(path) and name.rsplit(".", 1)[0] in BUILTIN_CONFIGS:
+        logger.info(f"--config-name {config_name}: verl's own composed config; its keys resolve through ppokit's "
+                    "verl table (Megatron options have no effect: ppokit trains with DeepSpeed ZeRO).")
+        return verl_defaults()
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such verl config (from --config-path {config_path} --config-name "
                           f"{config_name}).")
@@ -231,26 +293,83 @@ def describe_verl_key(key: str) -> tuple[str, str | None]:
     import json
 
     notes: list[str] = []
-    entry = TABLE.get(canonical_key(key, notes))
-    if entry is None:
-        return f"{key}: accepted, no effect in ppokit (a free-form verl/Hydra option).", None
-    what = f"sets {entry.target}" if entry.target else "no effect in ppokit"
-    note = f" ({entry.note})" if entry.note else ""
-    return f"{key}: verl key, verl default {json.dumps(entry.default)}; {what}{note}.", entry.target
+    key = canonical_key(key, notes)
+    found = resolve(key)
+    releases = f"; in verl {_span(key)}" if key in ERAS else ""
+    if found is None or found.entry is None:
+        kind = "refused when it asks for the feature" if found and found.kind == "refused" else "no effect in ppokit"
+        reason = _with_era(key, found.reason) if found else "a verl/Hydra option ppokit does not read"
+        return f"{key}: verl key; {kind} ({reason}){releases}.", None
+    entry = found.entry
+    what = f"sets {entry.target}" if entry.target else ("refused unless at its default" if entry.refuse
+                                                        else "no effect in ppokit")
+    note = f" ({_with_era(key, entry.note)})" if entry.note else ""
+    return f"{key}: verl key, verl default {json.dumps(entry.default)}; {what}{note}{releases}.", entry.target
+
+
+def _span(key: str) -> str:
+    held = ERAS.get(key, ())
+    if not held:
+        return "ppokit (a + key)" if key in TABLE else ""
+    return held[0] if len(held) == 1 else f"{held[0]}–{held[-1]}"
+
+
+def kind_counts(keys) -> dict[str, int]:
+    """{kind: how many of ``keys`` resolve to it}."""
+    out = {"mapped": 0, "no_effect": 0, "refused": 0}
+    for key in keys:
+        found = resolve(key)
+        out[found.kind if found else "unknown"] = out.get(found.kind if found else "unknown", 0) + 1
+    return out
+
+
+def _what(key: str) -> tuple[str, str]:
+    found = resolve(key)
+    if found.kind == "mapped":
+        return "mapped", f"`{found.entry.target}`" + (f" ({found.entry.note})" if found.entry.note else "") \
+            if found.entry.target else found.entry.note
+    return found.kind.replace("_", " "), found.reason
 
 
 def markdown_table() -> str:
-    """The table as Markdown, one section per verl group (docs/verl.md embeds this output)."""
+    """The generated part of docs/verl.md: the keys ppokit maps, the refusals, the no-effect rules, then every
+    leaf by the verl release that introduced it (``python -m ppokit.args verl-table``)."""
     import json
 
-    lines: list[str] = []
-    section = None
+    from .verl_table import RULES, VERSIONS
+
+    total = kind_counts(ERAS)
+    lines = [f"{len(ERAS)} leaves over verl {VERSIONS[0]} … {VERSIONS[-1]} (the composed ppo_trainer and "
+             f"ppo_megatron_trainer of each release): {total['mapped']} mapped, {total['no_effect']} accepted with no "
+             f"effect, {total['refused']} refused.", "", "### Mapped", "",
+             "| verl key | verl default | ppokit key | note | releases |", "|---|---|---|---|---|"]
     for key, entry in TABLE.items():
-        parts = key.split(".")
-        group = ".".join(parts[:2]) if parts[0] == "actor_rollout_ref" else parts[0]
-        if group != section:
-            section = group
-            lines += ["", f"### `{group}`", "", "| verl key | verl default | ppokit key | note |", "|---|---|---|---|"]
-        target = f"`{entry.target}`" if entry.target else "no effect"
-        lines.append(f"| `{key}` | `{json.dumps(entry.default)}` | {target} | {entry.note} |")
+        if resolve(key).kind == "mapped":
+            target = f"`{entry.target}`" if entry.target else "launch plan"
+            lines.append(f"| `{key}` | `{json.dumps(entry.default)}` | {target} | {entry.note} | {_span(key)} |")
+    lines += ["", "### Refused (a value that asks for the feature stops with the sentence)", "",
+              "| verl key or pattern | sentence |", "|---|---|"]
+    lines += [f"| `{k}` | {e.refuse} |" for k, e in TABLE.items() if e.refuse]
+    lines += [f"| `{r.pattern}` | {r.reason} |" for r in RULES if r.refuse]
+    lines += ["", "### Accepted, no effect here: the rules", "", "| pattern | why | leaves |", "|---|---|---|"]
+    for rule in RULES:
+        if not rule.refuse:
+            count = sum(1 for k in ERAS if resolve(k).rule is rule)
+            lines.append(f"| `{rule.pattern}` | {rule.reason} | {count} |")
+    lines += ["", "### By release", "", "Each leaf under the release that introduced it; a release's removals "
+              "are still accepted (a note names the release that removed them).", ""]
+    for i, version in enumerate(VERSIONS):
+        here = [k for k, held in ERAS.items() if version in held]
+        new = [k for k in here if ERAS[k][0] == version]
+        gone = [k for k, held in ERAS.items() if i and VERSIONS[i - 1] in held and version not in held]
+        counts = kind_counts(here)
+        lines += [f"#### verl {version}", "", f"{len(here)} leaves: {counts['mapped']} mapped, "
+                  f"{counts['no_effect']} no effect, {counts['refused']} refused; {len(new)} new, {len(gone)} removed.",
+                  ""]
+        if new:
+            lines += ["| new key | kind | ppokit key or why |", "|---|---|---|"]
+            lines += ["| `{}` | {} | {} |".format(k, *_what(k)) for k in sorted(new)]
+        if gone:
+            lines += ["", "Removed: " + ", ".join(f"`{k}`" for k in sorted(gone)) + "."]
+        lines.append("")
     return "\n".join(lines).strip() + "\n"

@@ -37,8 +37,12 @@ class VerlKey:
     note: str = ""
     convert: Callable[[Any, Ctx], dict[str, Any]] | None = None
     inverse: Callable[[Any], Any] | None = None
+    refuse: str = ""  # non-empty: a value other than the default (or one of `inert`) stops with this sentence
+    inert: tuple[Any, ...] = ()  # with `refuse`: other releases' defaults, which ask for nothing either
 
     def apply(self, value: Any, ctx: Ctx) -> dict[str, Any]:
+        if self.refuse and value is not None and value != self.default and value not in self.inert:
+            raise ConfigError(f"{self.refuse} (given {value!r}, verl's default {self.default!r})")
         if self.convert is not None:
             return self.convert(value, ctx)
         return {} if self.target is None else {self.target: value}
@@ -48,6 +52,42 @@ class VerlKey:
             return self.inverse(args)
         value = getattr(args, self.target) if self.target and self.convert is None else None
         return SKIP if value is None else value
+
+
+@dataclass(frozen=True)
+class Rule:
+    """verl keys matching ``pattern`` (fnmatch: ``*`` spans dots) are accepted with no effect for ``reason``,
+    or, with ``refuse``, stop with ``reason`` unless the value asks for nothing (null, false, 0, empty or
+    one of ``inert``)."""
+
+    pattern: str
+    reason: str
+    refuse: bool = False
+    inert: tuple[Any, ...] = ()
+
+    def check(self, key: str, value: Any) -> None:
+        quiet = value in (None, False, 0, "", [], {}) or value in self.inert
+        if self.refuse and not quiet:
+            raise ConfigError(f"{key}={value!r}: {self.reason}.")
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "y"), ("false", "no", "off", "n")
+
+
+def verl_bool(key: str, value: Any) -> Any:
+    """``value`` of a boolean verl key as OmegaConf reads it: booleans, integers (0 is false), and the
+    strings true/false/yes/no/on/off/y/n or an integer, in any case; null stays null. Anything else is
+    refused naming the key (``use_kl_loss=maybe`` would otherwise be a true-ish string)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value != 0
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    if text is not None and text.lstrip("+-").isdigit():
+        return int(text) != 0
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ConfigError(f"{key}={value!r} is not a boolean; write true/false (or yes/no, on/off, 1/0).")
 
 
 # ------------------------------------------------------------------------------------- converters
@@ -83,7 +123,7 @@ def _switched(target, use_key, coef_key, default_coef):
     """A coefficient behind an on/off switch: off -> 0; on -> the coefficient (verl's default when not
     given); switch not given (run_ppo.py mode) -> the coefficient if given, else leave the file's value."""
     def convert(value, ctx):
-        use, coef = ctx.get(use_key), ctx.get(coef_key)
+        use, coef = verl_bool(use_key, ctx.get(use_key)), ctx.get(coef_key)
         if use is False:
             return {target: 0.0}
         if use is True:
@@ -107,21 +147,60 @@ def _estimator(value, ctx):
     return {"rl_algorithm": ESTIMATORS[value]}
 
 
+SUBSTITUTE_ENGINES = ("sglang", "sglang_async", "trtllm")
+"""verl's other rollout engines: the same sampling, so ppokit rolls out with vllm instead (with a note)."""
+
+
 def _rollout_name(value, ctx):
-    if value not in ("hf", "vllm"):
+    if value not in ("hf", "vllm", *SUBSTITUTE_ENGINES):
         raise ConfigError(f"actor_rollout_ref.rollout.name={value!r}: ppokit rolls out with 'hf' "
-                          "(transformers.generate) or 'vllm'.")
-    return {"rollout_engine": value}
+                          "(transformers.generate) or 'vllm' (sglang and trtllm lines roll out with vllm).")
+    return {"rollout_engine": "vllm" if value in SUBSTITUTE_ENGINES else value}
 
 
-def _warmup_style(target):
+def _warmup_style(target, optim):
+    """verl's LR schedule: ``optim.lr_scheduler_type`` (v0.6+) or the older ``optim.warmup_style``; the older
+    name wins when it is set and the newer one is at its default (so lines of either era mean the same)."""
     styles = {"constant": "constant_with_warmup", "cosine": "cosine"}
 
     def convert(value, ctx):
-        if value not in styles:
-            raise ConfigError(f"warmup_style={value!r}: use constant or cosine.")
-        return {target: styles[value]}
+        old, new = ctx.get(optim + "warmup_style"), ctx.get(optim + "lr_scheduler_type")
+        style = old if old is not None and new in (None, "constant") else new
+        if style is None:
+            return {}
+        if style not in styles:
+            raise ConfigError(f"{optim}lr_scheduler_type/warmup_style={style!r}: use constant or cosine.")
+        return {target: styles[style]}
     return convert
+
+
+def _betas(value, ctx):
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ConfigError(f"optim.betas={value!r}: write two numbers, e.g. [0.9,0.999].")
+    return {"adam_beta1": float(value[0]), "adam_beta2": float(value[1])}
+
+
+def _max_samples(value, ctx):
+    return {"train_data_size": None if value is None or int(value) < 0 else int(value)}
+
+
+def _grad_clip(value, ctx):
+    """``actor.grad_clip`` or its v0.7 twin ``actor.optim.clip_grad``: the one not at verl's 1.0 wins."""
+    old, new = ctx.get("actor_rollout_ref.actor.grad_clip"), ctx.get("actor_rollout_ref.actor.optim.clip_grad")
+    return {"max_grad_norm": float(new if new is not None and new != 1.0 else (1.0 if old is None else old))}
+
+
+def _device(value, ctx):
+    if value is not None and not str(value).startswith(("cuda", "cpu")):
+        raise ConfigError(f"trainer.device={value!r}: ppokit runs on CUDA GPUs or the CPU (cuda, cuda:N, cpu).")
+    return {} if value is None else {"device": value}
+
+
+def _rollout_is(value, ctx):
+    if value not in (None, "token", "sequence"):
+        raise ConfigError(f"algorithm.rollout_correction.rollout_is={value!r}: ppokit weights by token or "
+                          "sequence (or null: off).")
+    return {"rollout_is": value or "off"}
 
 
 def _min_lr(target, lr_key):

@@ -8,17 +8,23 @@ differs, a ``convert(value, ctx) -> {ppokit_key: value}`` for mappings that are 
 
 from __future__ import annotations
 
+import fnmatch
 import os
+from typing import NamedTuple
 
 from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported for callers of the table)
     LAUNCH_KEYS,
     SKIP,
     VERL_NAME_OF,
     Ctx,
+    Rule,
     VerlKey,
+    _betas,
     _custom_reward,
+    _device,
     _estimator,
     _freq,
+    _grad_clip,
     _if,
     _kl_loss,
     _kl_name,
@@ -26,6 +32,7 @@ from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported f
     _launch,
     _lengths,
     _logger,
+    _max_samples,
     _min_lr,
     _none_skip,
     _offload,
@@ -33,6 +40,7 @@ from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported f
     _per_gpu,
     _resume,
     _reward_model,
+    _rollout_is,
     _rollout_name,
     _run_name,
     _steps,
@@ -42,14 +50,10 @@ from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported f
     _unless_null,
     _warmup_style,
 )
+from .verl_eras import VERSIONS
+from .verl_eras import leaves as era_leaves
+from .verl_rules import _DYN, _FSDP, _KERNEL, _RAY, _SHARED, _VLLM, RULES, A
 
-_RAY = "ppokit has no Ray: processes are started by ppokit.launch (torchrun) and share one trainer"
-_FSDP = "ppokit trains with DeepSpeed ZeRO (sharding), not FSDP"
-_KERNEL = "ppokit runs plain PyTorch/transformers kernels"
-_DYN = "ppokit batches by sequence count, not by token budget"
-_VLLM = "vLLM engine option that ppokit's engine sets itself"
-_SHARED = "ppokit trains the critic with the actor's batch sizes and epochs"
-A = "actor_rollout_ref."
 
 def _plan(args):
     """The batch plan of ``args`` on the launcher's world size (per-device files are written in global units)."""
@@ -80,6 +84,8 @@ TABLE: dict[str, VerlKey] = {
     "data.return_raw_chat": K(False, None, "records keep their messages"),
     "data.return_full_prompt": K(False, None, "records keep their messages"),
     "data.shuffle": K(True, "dataloader_shuffle"),
+    "data.train_max_samples": K(-1, "train_data_size", "-1 -> all prompts", _max_samples,
+                                lambda a: -1 if a.train_data_size is None else a.train_data_size),
     "data.filter_overlong_prompts": K(False, None, "ppokit always drops prompts over max_prompt_length and counts them"),
     "data.filter_overlong_prompts_workers": K(1, None, "prompts are filtered in process"),
     "data.truncation": K("error", None, "ppokit drops over-long prompts and counts them, never truncates"),
@@ -118,7 +124,12 @@ TABLE: dict[str, VerlKey] = {
                                                 _if("per_device_train_batch_size", lambda v: v)),
     A + "actor.use_dynamic_bsz": K(False, None, _DYN),
     A + "actor.ppo_max_token_len_per_gpu": K(16384, None, _DYN),
-    A + "actor.grad_clip": K(1.0, "max_grad_norm", "one clip norm for actor and critic"),
+    A + "actor.grad_clip": K(1.0, "max_grad_norm", "one clip norm for actor and critic", _grad_clip,
+                             _if("max_grad_norm", lambda v: v)),
+    A + "actor.optim.clip_grad": K(1.0, "max_grad_norm", "the Megatron trainer's (and verl 0.7's) name of actor.grad_clip", _grad_clip,
+                                   lambda a: SKIP),
+    A + "actor.optim.betas": K([0.9, 0.999], "adam_beta1", "sets adam_beta1 and adam_beta2", _betas,
+                               lambda a: [a.adam_beta1, a.adam_beta2]),
     A + "actor.clip_ratio": K(0.2, "clip_range_ratio"),
     A + "actor.clip_ratio_low": K(None, "clip_range_ratio_low", "null -> clip_ratio",
                                   _unless_null("clip_range_ratio_low"), _if("clip_range_ratio_low", _none_skip)),
@@ -143,13 +154,18 @@ TABLE: dict[str, VerlKey] = {
                                        "checkpoints always hold HF weights, optimizer and run state"),
     A + "actor.optim.lr": K(1e-6, "learning_rate"),
     A + "actor.optim.lr_warmup_steps": K(-1, "warmup_steps", "-1 -> lr_warmup_steps_ratio",
-                                         _to("warmup_steps", lambda v, c: max(int(v), 0)),
+                                         _unless_null("warmup_steps", lambda v, c: max(int(v), 0)),
                                          _if("warmup_steps", lambda v: v if v > 0 else SKIP)),
     A + "actor.optim.lr_warmup_steps_ratio": K(0.0, "warmup_ratio"),
     A + "actor.optim.min_lr_ratio": K(None, "min_learning_rate", "sets min_learning_rate = ratio x lr",
                                       _min_lr("min_learning_rate", A + "actor.optim.lr")),
     A + "actor.optim.warmup_style": K("constant", "lr_scheduler_type", "constant -> constant_with_warmup",
-                                      _warmup_style("lr_scheduler_type")),
+                                      _warmup_style("lr_scheduler_type", A + "actor.optim."),
+                                      lambda a: SKIP),
+    A + "actor.optim.lr_scheduler_type": K("constant", "lr_scheduler_type", "constant -> constant_with_warmup "
+                                           "(verl 0.6's name of warmup_style)",
+                                           _warmup_style("lr_scheduler_type", A + "actor.optim."),
+                                           lambda a: SKIP),
     A + "actor.optim.total_training_steps": K(-1, None, "derived from max_steps"),
     A + "actor.optim.weight_decay": K(0.01, "weight_decay", "ppokit's own default is 0.0"),
     A + "actor.fsdp_config.param_offload": K(False, "sharding", "true -> ZeRO-3 with optimizer offload",
@@ -220,10 +236,6 @@ TABLE: dict[str, VerlKey] = {
     A + "rollout.val_kwargs.temperature": K(0.0, "eval_temperature"),
     A + "rollout.val_kwargs.n": K(1, "eval_rollout_n"),
     A + "rollout.val_kwargs.do_sample": K(False, None, "eval_temperature 0 means greedy"),
-    A + "rollout.multi_turn.enable": K(False, None, "ppokit rolls out single-turn responses"),
-    A + "rollout.multi_turn.max_turns": K(None, None, "ppokit rolls out single-turn responses"),
-    A + "rollout.multi_turn.tool_config_path": K(None, None, "ppokit rolls out single-turn responses"),
-    A + "rollout.multi_turn.format": K("chatml", None, "ppokit rolls out single-turn responses"),
 }
 
 C = "critic."
@@ -236,7 +248,11 @@ TABLE.update({
     C + "optim.min_lr_ratio": K(None, "critic_min_learning_rate", "sets critic_min_learning_rate = ratio x lr",
                                 _min_lr("critic_min_learning_rate", C + "optim.lr")),
     C + "optim.warmup_style": K("constant", "critic_lr_scheduler_type", "constant -> constant_with_warmup",
-                                _warmup_style("critic_lr_scheduler_type")),
+                                _warmup_style("critic_lr_scheduler_type", C + "optim."), lambda a: SKIP),
+    C + "optim.lr_scheduler_type": K("constant", "critic_lr_scheduler_type", "constant -> constant_with_warmup "
+                                     "(verl 0.6's name of warmup_style)",
+                                     _warmup_style("critic_lr_scheduler_type", C + "optim."),
+                                     lambda a: SKIP),
     C + "optim.total_training_steps": K(-1, None, "derived from max_steps"),
     C + "optim.weight_decay": K(0.01, "critic_weight_decay"),
     C + "model.path": K("~/models/deepseek-llm-7b-chat", "critic_model_name_or_path", "",
@@ -352,7 +368,7 @@ TABLE.update({
                                         _unless_null("save_total_limit"), _if("save_total_limit", _none_skip)),
     "trainer.max_critic_ckpt_to_keep": K(None, None, "follows max_actor_ckpt_to_keep"),
     "trainer.ray_wait_register_center_timeout": K(300, None, _RAY),
-    "trainer.device": K(None, "device", "null -> cuda when available, else cpu", _unless_null("device"),
+    "trainer.device": K(None, "device", "null -> cuda when available, else cpu", _device,
                         _if("device", _none_skip)),
     "ray_init.num_cpus": K(None, None, _RAY),
     "ray_init.timeline_json_file": K(None, None, _RAY),
@@ -372,8 +388,113 @@ INTERPOLATED = {
 """Defaults verl writes as interpolations of other keys (whole-value ones are resolved; the output folder
 is formatted from project and experiment names)."""
 
-FREE_FORM = frozenset({A + "model.override_config", C + "model.override_config", A + "rollout.engine_kwargs"})
+FREE_FORM = frozenset({
+    A + "model.override_config", C + "model.override_config", "reward_model.model.override_config",
+    A + "rollout.engine_kwargs", "reward_model.rollout.engine_kwargs", A + "rollout.checkpoint_engine.engine_kwargs",
+    *(f"{role}.megatron.override_{what}_config" for role in (A + "actor", A + "ref", C[:-1], "reward_model")
+      for what in ("transformer", "ddp", "mcore_model")),
+    A + "actor.optim.override_optimizer_config", C + "optim.override_optimizer_config",
+    A + "model.fused_kernel_options", "data.apply_chat_template_kwargs", "reward_model.reward_kwargs",
+    "custom_reward_function.reward_kwargs", "global_profiler.global_tool_config.torch_memory.kw_args",
+    "trainer.npu_profile.options", "trainer.controller_nsight_options", "trainer.worker_nsight_options",
+    "global_profiler.global_tool_config.nsys.controller_nsight_options",
+    "global_profiler.global_tool_config.nsys.worker_nsight_options", "ray_kwargs.ray_init",
+    *(f"{role}.fsdp_config.mixed_precision" for role in (A + "actor", A + "ref", C + "model")),
+})
 """Mappings whose sub-keys are the user's own (accepted with a note, no effect)."""
 
 MISSPELLED_PREFIXES = {"actor_rollout.ref.": A}
 """Prefixes from widely copied guides, read as the right key with a warning."""
+
+# ==================================================================================== multi-turn tool use
+# verl's multi-turn rollout keys. Refused in this build; ppokit's multi-turn work names them multi_turn,
+# tool_config_path, max_assistant_turns, max_tool_response_length, tool_format, max_parallel_calls: flip an
+# entry to mapped by giving it that target (K(False, "multi_turn"), ...) and dropping `refuse`.
+_MT = "multi-turn tool use is not in this build"
+M = A + "rollout.multi_turn."
+MULTI_TURN_KEYS: dict[str, VerlKey] = {
+    M + "enable": K(False, None, _MT, refuse=_MT),
+    M + "tool_config_path": K(None, None, _MT, refuse=_MT),
+    M + "max_assistant_turns": K(None, None, _MT, refuse=_MT),
+    M + "max_tool_response_length": K(256, None, _MT, refuse=_MT),
+    M + "format": K("hermes", None, _MT, refuse=_MT, inert=("chatml",)),  # chatml: verl 0.4.0's default
+    M + "max_parallel_calls": K(1, None, _MT, refuse=_MT),
+    M + "max_user_turns": K(None, None, _MT, refuse=_MT),
+    M + "max_turns": K(None, None, _MT, refuse=_MT),  # verl 0.4.0's name of max_assistant_turns
+    M + "tool_response_truncate_side": K("middle", None, _MT, refuse=_MT),
+    M + "interaction_config_path": K(None, None, _MT, refuse=_MT),
+    M + "use_inference_chat_template": K(False, None, _MT, refuse=_MT),
+    M + "tokenization_sanity_check_mode": K("strict", None, _MT, refuse=_MT),
+    M + "num_repeat_rollouts": K(None, None, _MT, refuse=_MT),
+    M + "completion_callback": K(None, None, _MT, refuse=_MT),
+    M + "_target_": K("verl.workers.config.MultiTurnConfig", None, "verl's dataclass binding (Hydra _target_)"),
+    "data.tool_config_path": K(None, None, _MT, refuse=_MT),  # verl 0.6+: ${...multi_turn.tool_config_path}
+}
+TABLE.update(MULTI_TURN_KEYS)
+# ================================================================================ end of multi-turn block
+
+R = A + "rollout."
+TABLE.update({
+    # keys verl's own example lines set that no composed config has (verl does not read them either)
+    A + "model.torch_dtype": K(None, None, "in verl's examples, not its config; precision follows bf16/fp16"),
+    R + "sglang_rollout_mode": K(None, None, "an sglang option in verl's examples; ppokit rolls out with hf or vllm"),
+    "algorithm.rollout_correction.rollout_is": K(None, "rollout_is", "null -> off; token or sequence", _rollout_is,
+                                                  _if("rollout_is", lambda v: None if v == "off" else v)),
+    "algorithm.rollout_correction.rollout_is_threshold": K(2.0, "rollout_is_cap", "the truncation cap"),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.enable": K(None, "enable_overlong_reward_buffer",
+                                                                "verl's DAPO recipe (a + key)",
+                                                                _unless_null("enable_overlong_reward_buffer"),
+                                                                lambda a: SKIP),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.len": K(None, "overlong_reward_buffer", "tokens",
+                                                             _unless_null("overlong_reward_buffer"), lambda a: SKIP),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor": K(None, "overlong_penalty_factor", "",
+                                                                        _unless_null("overlong_penalty_factor"),
+                                                                        lambda a: SKIP),
+})
+INTERPOLATED["data.tool_config_path"] = "${" + M + "tool_config_path}"
+
+ERAS: dict[str, tuple[str, ...]] = era_leaves()
+"""Every leaf of every snapshotted verl release -> the releases holding it (ppokit/args/verl_eras.py)."""
+
+
+class Resolution(NamedTuple):
+    kind: str  # "mapped" | "no_effect" | "refused"
+    reason: str  # the note (mapped), why it has no effect, or the refusal sentence
+    entry: VerlKey | None
+    rule: Rule | None
+
+
+def free_form_root(key: str) -> str | None:
+    """The free-form mapping ``key`` lies in (its sub-keys are the user's own), or None."""
+    parts = key.split(".")
+    return next((".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in FREE_FORM), None)
+
+
+def is_known(key: str) -> bool:
+    """True for a key of some snapshotted verl release, of the table, or inside a free-form mapping."""
+    return key in TABLE or key in ERAS or free_form_root(key) is not None
+
+
+def removed_in(key: str) -> str | None:
+    """The first snapshotted release that no longer has ``key`` (None: still in the newest)."""
+    held = ERAS.get(key)
+    if not held or VERSIONS[-1] in held:
+        return None
+    return VERSIONS[VERSIONS.index(held[-1]) + 1]
+
+
+def resolve(key: str) -> Resolution | None:
+    """What ``key`` does here: TABLE, then RULES, then free-form mappings; None for a key in no era."""
+    entry = TABLE.get(key)
+    if entry is not None:
+        kind = "refused" if entry.refuse else ("mapped" if entry.target or entry.convert else "no_effect")
+        return Resolution(kind, entry.refuse or entry.note, entry, None)
+    if not is_known(key):
+        return None
+    for rule in RULES:
+        if fnmatch.fnmatchcase(key, rule.pattern):
+            return Resolution("refused" if rule.refuse else "no_effect", rule.reason, None, rule)
+    root = free_form_root(key)
+    if root is not None:
+        return Resolution("no_effect", f"free-form options of {root} that ppokit does not read", None, None)
+    return Resolution("unresolved", "a verl key the table has no entry for (a ppokit bug)", None, None)

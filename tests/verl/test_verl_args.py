@@ -97,8 +97,10 @@ def test_hydra_add_remove_and_values():
 def test_unsupported_values_are_refused_with_the_choices():
     with pytest.raises(ConfigError, match="adv_estimator='remax' is not implemented.*gae, grpo"):
         parse_main_ppo(["algorithm.adv_estimator=remax"])
-    with pytest.raises(ConfigError, match="rollout.name='sglang'"):
-        parse_main_ppo(["actor_rollout_ref.rollout.name=sglang"])
+    with pytest.raises(ConfigError, match="rollout.name='tgi'"):
+        parse_main_ppo(["actor_rollout_ref.rollout.name=tgi"])
+    args, translation, _ = parse_main_ppo(["actor_rollout_ref.rollout.name=sglang"])  # same sampling: vllm
+    assert args.rollout_engine == "vllm" and any("no sglang engine" in n for n in translation.notes)
 
 
 def test_every_issue_key_is_in_the_table():
