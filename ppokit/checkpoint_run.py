@@ -33,7 +33,13 @@ from ppokit.checkpoint import (
     save_checkpoint,
 )
 from ppokit.checkpoint_lock import OutputDirError, RunLock, check_not_model_folder
-from ppokit.checkpoint_safety import NonFiniteWeightsError, check_finite, disk_full, is_disk_full
+from ppokit.checkpoint_safety import (
+    NonFiniteWeightsError,
+    after_divergence,
+    check_finite,
+    disk_full,
+    is_disk_full,
+)
 from ppokit.engine import all_reduce_sum, barrier, world_size
 from ppokit.errors import PpokitError
 from ppokit.models.folders import save_hf
@@ -119,10 +125,8 @@ def guarded_run(session):
         yield
     except FloatingPointError as exc:
         last = last_checkpoint_name(Path(session.args.output_dir))
-        raise NonFiniteWeightsError(
-            f"step {session.global_step + 1} stopped: {exc} The weights may be damaged, so nothing more is saved; "
-            + (f"the last finite checkpoint is {last}" if last else "no checkpoint was saved before it")
-            + ". Lower learning_rate (or check the rewards) and resume from it") from None
+        raise NonFiniteWeightsError(f"step {session.global_step + 1} stopped: {exc} The weights may be damaged, "
+                                    f"so nothing more is saved; {after_divergence(last)}") from None
     finally:
         session._preemption = None
         preemption.uninstall()

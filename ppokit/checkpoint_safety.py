@@ -58,10 +58,17 @@ def check_finite(modules: dict, step: int, what: str, last_good: str | None) -> 
         return
     listed = "; ".join(f"{name}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''} ({len(names)} tensors)"
                        for name, names in found.items() if names) or "on another rank"
-    last = f"the last finite checkpoint is {last_good}" if last_good else "no earlier checkpoint was saved"
     raise NonFiniteWeightsError(
         f"the weights hold NaN or inf after step {step} ({listed}); {what} was not written and the run stops: "
-        f"{last}. Lower learning_rate (or check the rewards and max_grad_norm) and resume from it")
+        f"{after_divergence(last_good)}")
+
+
+def after_divergence(last_good: str | None) -> str:
+    """What to do after the weights or the loss went non-finite."""
+    fix = "lower learning_rate (or check the rewards and max_grad_norm)"
+    if last_good:
+        return f"the last finite checkpoint is {last_good}; {fix} and resume from it"
+    return f"no checkpoint was saved before it; {fix} and start again"
 
 
 # ------------------------------------------------------------------ disk full
