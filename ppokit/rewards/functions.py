@@ -152,8 +152,11 @@ def _deadline(reward: NamedReward, call: Callable[[], Sequence[Any]]) -> Sequenc
                         "skip_group to drop such batches")
 
 
-def _call(reward: NamedReward, prompts, responses, fields, records) -> Sequence[Any] | None:
-    """The function's values for the batch; None when it timed out under `skip_on_timeout`."""
+SKIPPED = object()  # what `_call` returns for a batch that timed out under `skip_on_timeout`
+
+
+def _call(reward: NamedReward, prompts, responses, fields, records) -> Any:
+    """The function's values for the batch; SKIPPED when it timed out under `skip_on_timeout`."""
     kwargs = _accepted(reward.fn, fields)
     try:
         return _deadline(reward, lambda: reward.fn(list(prompts), list(responses), **kwargs))
@@ -163,7 +166,7 @@ def _call(reward: NamedReward, prompts, responses, fields, records) -> Sequence[
         if reward.skip_on_timeout:
             _log.warning("reward function %r: %d items skipped (reward_on_error: skip_group): %s", reward.name,
                          len(responses), exc)
-            return None
+            return SKIPPED
         raise RewardError(f"reward function {reward.name!r} {exc}") from None
     except RewardError as exc:
         raise RewardError(f"reward function {reward.name!r}: {exc}", exc.index, exc.source) from exc
@@ -294,7 +297,7 @@ def compute_rewards(
     per_fn: dict[str, torch.Tensor] = {}
     for reward in fns:
         raw = _call(reward, prompts, responses, fields, records) if n else []
-        values = [None] * n if raw is None else check_values(reward, raw, records)
+        values = [None] * n if raw is SKIPPED else check_values(reward, raw, records)
         tensor = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32)
         per_fn[reward.name] = tensor
         total = total + float(reward.weight) * tensor
