@@ -188,10 +188,19 @@ def trainer_state(session) -> dict:
         "schedules": {"actor": schedule_position(st.policy.engine),
                       "critic": schedule_position(st.critic.engine) if st.critic is not None else None},
         "history": session.history,
-        "data_fingerprint": data_fingerprint(st.train_records),
+        "data_fingerprint": fingerprint_of(st),
         "args": session.args.to_dict(),
         "config": session.args.to_config(),  # only the keys that were set: rebuilds the same batch mode
     }
+
+
+def fingerprint_of(state) -> str:
+    """The training records' content hash, computed once per run (the records do not change during it)."""
+    cached = getattr(state, "_data_fingerprint", None)
+    if cached is None or cached[0] is not state.train_records:
+        cached = (state.train_records, data_fingerprint(state.train_records))
+        state._data_fingerprint = cached
+    return cached[1]
 
 
 def schedule_position(engine) -> dict:
@@ -252,7 +261,7 @@ def save_checkpoint(session) -> Path:
     try:
         write_checkpoint(session, tmp, final, rng)
     except Exception as exc:
-        if is_disk_full(exc):
+        if is_disk_full(exc, root, checkpoint_bytes(session)):
             raise disk_full(final.name, root, checkpoint_bytes(session), tmp) from None
         raise
     set_rng_state(rng)
@@ -351,7 +360,7 @@ def check_arguments(path: Path, saved: dict, args) -> None:
 def check_same_data(path: Path, saved: dict, session) -> None:
     """Stop when the training records' content differs from the checkpoint's (unless force_resume)."""
     recorded = saved.get("data_fingerprint")
-    if recorded is None or recorded == data_fingerprint(session.state.train_records):
+    if recorded is None or recorded == fingerprint_of(session.state):
         return
     what = f"{session.args.train_datasets or session.args.train_task_config}"
     if not session.args.force_resume:

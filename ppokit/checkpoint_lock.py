@@ -91,13 +91,16 @@ class RunLock:
         self.held = False
 
     def acquire(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # a stale lock is removed, then the exclusive create is tried again
             try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 self._refuse_or_clear()
                 continue
+            except OSError as exc:
+                raise OutputDirError(f"output_dir {self.path.parent} is not writable ({exc.strerror or exc}); choose "
+                                     "another output_dir or fix its permissions") from None
             with os.fdopen(fd, "w") as fh:
                 json.dump(self.mine, fh)
             self.held = True

@@ -97,14 +97,17 @@ class Preemption:
 # ------------------------------------------------------------------ the run's frame
 
 
-def take_lock(args) -> RunLock | None:
-    """Rank 0 takes output_dir's lock; every rank learns whether it could (a refusal stops them all)."""
+def take_lock(session) -> RunLock | None:
+    """Rank 0 checks output_dir (not a model folder, writable, room for a checkpoint) and takes its lock; every
+    rank learns whether it could (a refusal stops them all)."""
+    args = session.args
     lock, refusal = None, None
     if is_rank0():
         try:
             check_not_model_folder(args)
+            check_output_dir(args.output_dir, checkpoint_bytes(session))
             lock = RunLock(args.output_dir).acquire()
-        except OutputDirError as exc:
+        except (OutputDirError, CheckpointError) as exc:
             refusal = exc
     if world_size() > 1 and all_reduce_sum(float(refusal is not None))[0] and refusal is None:
         raise OutputDirError(f"output_dir {args.output_dir} cannot be used (rank 0 says why)")
@@ -116,7 +119,7 @@ def take_lock(args) -> RunLock | None:
 @contextlib.contextmanager
 def guarded_run(session):
     """The frame of `Session.train` (see the module docstring)."""
-    lock = take_lock(session.args)
+    lock = take_lock(session)
     preemption = Preemption()
     try:
         prepare_run(session)
@@ -150,7 +153,7 @@ def save_final(session) -> Path | None:
                 os.replace(tmp / name, out / name)
             shutil.rmtree(tmp, ignore_errors=True)
     except Exception as exc:
-        if is_disk_full(exc):
+        if is_disk_full(exc, out, checkpoint_bytes(session)):
             raise disk_full("the final model", out, checkpoint_bytes(session), tmp) from None
         raise
     barrier()

@@ -74,15 +74,20 @@ def after_divergence(last_good: str | None) -> str:
 # ------------------------------------------------------------------ disk full
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    """True when `exc` (or an exception it was raised from, as torch and safetensors chain them) is ENOSPC."""
-    seen = 0
+def is_disk_full(exc: BaseException, where: Path | None = None, need_bytes: int | None = None) -> bool:
+    """True when `exc` (or an exception it was raised from, as torch and safetensors chain them) is ENOSPC/EDQUOT,
+    or is torch's bare "file write failed" while `where` has less than `need_bytes` free."""
+    seen, bare_write_failure = 0, False
     while exc is not None and seen < 10:
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
-        if "No space left on device" in str(exc) or "file write failed" in str(exc):
+        if "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc):
             return True
+        bare_write_failure |= "file write failed" in str(exc)  # torch's zip writer names no errno
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    if bare_write_failure and where is not None and need_bytes:
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(where).free < need_bytes
     return False
 
 

@@ -80,3 +80,15 @@ def test_reward_timeout_reaches_file_functions_and_the_rule_reward(tmp_path):
     fns = build_reward_functions(args)
     assert [(f.name, f.timeout, f.retries, f.skip_on_timeout) for f in fns] == [
         ("rule", 7.0, 2, True), ("f", 7.0, 2, True)]
+
+
+def test_a_function_that_needs_the_main_thread_still_runs_there():
+    import signal
+
+    def alarmed(prompts, responses, **fields):
+        previous = signal.signal(signal.SIGALRM, signal.SIG_IGN)  # ValueError outside the main thread
+        signal.signal(signal.SIGALRM, previous)
+        return [2.0] * len(responses)
+
+    reward = with_deadline(NamedReward("alarmed", alarmed), 5.0, 0, False)
+    assert compute_rewards([reward], PROMPTS, RESPONSES, RECORDS)[0].tolist() == [2.0] * 4
