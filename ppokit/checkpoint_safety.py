@@ -97,7 +97,11 @@ def _folder_bytes(path: Path) -> int:
     return 0
 
 
-def disk_full(what: str, where: Path, need_bytes: int | None, partial: Path | None) -> DiskFullError:
+RESUME_ADVICE = "Free space or choose another output_dir, then resume with --resume_from_checkpoint auto"
+
+
+def disk_full(what: str, where: Path, need_bytes: int | None, partial: Path | None,
+              advice: str = RESUME_ADVICE) -> DiskFullError:
     """The sentence for an ENOSPC while writing `what` into `where` (after removing `partial`)."""
     written = _folder_bytes(partial) if partial is not None and partial.exists() else 0
     if partial is not None:
@@ -108,8 +112,7 @@ def disk_full(what: str, where: Path, need_bytes: int | None, partial: Path | No
     need = f"about {need_bytes / 2**30:.2f} GiB" if need_bytes else f"more than the {written / 2**30:.2f} GiB written"
     return DiskFullError(
         f"the disk is full: writing {what} in {where} needs {need} and {free_text} is free there; the partial "
-        "folder was removed and nothing was published. Free space or choose another output_dir, "
-        "then resume with --resume_from_checkpoint auto")
+        f"folder was removed and nothing was published. {advice}")
 
 
 # ------------------------------------------------------------------ data identity

@@ -153,7 +153,8 @@ def export(src: str | os.PathLike, out: str | os.PathLike, dtype: str | None = N
         write_export(model, tokenizer, folder, tmp)
     except Exception as exc:
         if is_disk_full(exc):
-            raise ExportError(str(disk_full(f"the export {out.name}", out.parent, None, tmp))) from None
+            raise ExportError(str(disk_full(f"the export {out.name}", out.parent, None, tmp,
+                                            "Free space or choose another --out"))) from None
         raise
     if out.exists():
         shutil.rmtree(out)

@@ -200,3 +200,16 @@ def test_evaluate_loads_eval_datasets_set_after_the_session_was_built(tiny_model
     s.args.eval_datasets = str(evals)
     metrics = s.evaluate()
     assert metrics["eval/prompts"] == 3.0
+
+
+def test_disk_full_during_an_export_leaves_no_partial_folder(tiny_model_dir, tmp_path, monkeypatch):
+    from transformers import PreTrainedModel
+
+    def half_written(self, folder, **kwargs):
+        (Path(folder) / "config.json").write_text("{}")
+        enospc()
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", half_written)
+    with pytest.raises(ExportError, match="disk is full: writing the export exported .*another --out"):
+        export(tiny_model_dir, tmp_path / "exported")
+    assert not (tmp_path / "exported").exists() and not list(tmp_path.glob(".tmp-export-*"))

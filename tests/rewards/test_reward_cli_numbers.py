@@ -14,7 +14,13 @@ from ppokit.rewards.cli import main
     (["--request-timeout", "inf"], "inf must be a finite number greater than 0"),
     (["--max-body-mb", "nan"], "nan must be a finite number greater than 0"),
 ])
-def test_bad_numbers_are_one_sentence(argv, said, capsys):
+def test_bad_numbers_are_one_sentence(argv, said, capsys, monkeypatch):
+    import uvicorn
+
+    def serve(*args, **kwargs):
+        raise AssertionError("the server started with a bad number")
+
+    monkeypatch.setattr(uvicorn, "run", serve)
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
