@@ -9,12 +9,16 @@ from ppokit.errors import PpokitError, exit_with_sentence
 def main() -> None:
     """Parse the arguments (exits on --print_config or a config mistake), then train."""
     args = parse_cli(sys.argv[1:])
+    from ppokit.checkpoint_run import interrupted_sentence
     from ppokit.session import Session
 
     try:
         Session(args).train()
-    except PpokitError as exc:  # a user's mistake or a failed reward source: a sentence, no traceback
-        exit_with_sentence(exc)
+    except PpokitError as exc:  # a user's mistake, a failed reward source, SIGTERM (143): a sentence, no traceback
+        exit_with_sentence(exc, getattr(exc, "exit_code", 2))
+    except KeyboardInterrupt:  # Ctrl-C: the user's choice, one sentence and 130 (128 + SIGINT)
+        print(interrupted_sentence(args.output_dir), file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def exit_launched_process() -> None:

@@ -36,6 +36,8 @@ from ppokit.checkpoint_guard import (
     reading,
     reapply_optimizer_settings,
 )
+from ppokit.checkpoint_lock import check_not_model_folder
+from ppokit.checkpoint_safety import check_finite, data_fingerprint, disk_full, is_disk_full
 from ppokit.engine import barrier, rank, world_size
 from ppokit.errors import PpokitError
 from ppokit.models.folders import WeightsError, load_weights, save_adapter, save_hf
@@ -186,9 +188,19 @@ def trainer_state(session) -> dict:
         "schedules": {"actor": schedule_position(st.policy.engine),
                       "critic": schedule_position(st.critic.engine) if st.critic is not None else None},
         "history": session.history,
+        "data_fingerprint": fingerprint_of(st),
         "args": session.args.to_dict(),
         "config": session.args.to_config(),  # only the keys that were set: rebuilds the same batch mode
     }
+
+
+def fingerprint_of(state) -> str:
+    """The training records' content hash, computed once per run (the records do not change during it)."""
+    cached = getattr(state, "_data_fingerprint", None)
+    if cached is None or cached[0] is not state.train_records:
+        cached = (state.train_records, data_fingerprint(state.train_records))
+        state._data_fingerprint = cached
+    return cached[1]
 
 
 def schedule_position(engine) -> dict:
@@ -221,16 +233,45 @@ def write_actor(session, tmp: Path) -> None:
     save_hf(engine.module, st.policy.tokenizer, tmp / "actor")
 
 
+def trained_modules(session) -> dict:
+    """{name: module} of the models a checkpoint saves (actor, and critic for PPO)."""
+    st = session.state
+    return {"actor": st.policy.engine.module, "critic": st.critic.engine.module if st.critic is not None else None}
+
+
+def last_checkpoint_name(root: Path) -> str | None:
+    found = complete_checkpoints(root)
+    return str(found[-1]) if found else None
+
+
 def save_checkpoint(session) -> Path:
     """Write `checkpoint-<step>` atomically and prune to `save_total_limit`; returns its path. All ranks call it.
 
-    Saving leaves every RNG as it was, so a run that saves and one that does not take the same steps.
+    Non-finite weights are refused before anything is written (NonFiniteWeightsError); a full disk removes the
+    partial folder and is one sentence (DiskFullError). Saving leaves every RNG as it was, so a run that saves
+    and one that does not take the same steps.
     """
-    args, st = session.args, session.state
+    args = session.args
     root = Path(args.output_dir)
     final = root / f"checkpoint-{session.global_step}"
     tmp = root / f"{TMP_PREFIX}{session.global_step}"
+    check_not_model_folder(args)
+    check_finite(trained_modules(session), session.global_step, final.name, last_checkpoint_name(root))
     rng = rng_state()
+    try:
+        write_checkpoint(session, tmp, final, rng)
+    except Exception as exc:
+        if is_disk_full(exc, root, checkpoint_bytes(session)):
+            raise disk_full(final.name, root, checkpoint_bytes(session), tmp) from None
+        raise
+    set_rng_state(rng)
+    logger.info("saved %s (%s)", final, size_note(final, args))
+    return final
+
+
+def write_checkpoint(session, tmp: Path, final: Path, rng: dict) -> None:
+    """`save_checkpoint`'s writing: everything into `tmp`, trainer_state.json last, then the rename to `final`."""
+    args, st = session.args, session.state
     if is_rank0():
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -244,11 +285,8 @@ def save_checkpoint(session) -> Path:
         (tmp / STATE_FILE).write_text(json.dumps(trainer_state(session), indent=1, default=str))
         fsync_tree(tmp)
         publish(tmp, final)
-        prune(root, args.save_total_limit, keep=final)
+        prune(final.parent, args.save_total_limit, keep=final)
     barrier()
-    set_rng_state(rng)
-    logger.info("saved %s (%s)", final, size_note(final, args))
-    return final
 
 
 def size_note(path: Path, args) -> str:
@@ -317,6 +355,21 @@ def check_arguments(path: Path, saved: dict, args) -> None:
     if others and is_rank0():  # optimizer keys among them are applied by load_actor (reapply_optimizer_settings)
         logger.warning("resuming %s with changed arguments (they apply from the next step): %s", path,
                        "; ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in others))
+
+
+def check_same_data(path: Path, saved: dict, session) -> None:
+    """Stop when the training records' content differs from the checkpoint's (unless force_resume)."""
+    recorded = saved.get("data_fingerprint")
+    if recorded is None or recorded == fingerprint_of(session.state):
+        return
+    what = f"{session.args.train_datasets or session.args.train_task_config}"
+    if not session.args.force_resume:
+        raise CheckpointError(
+            f"{path} was trained on other data: the content of the training data ({what}) differs from the "
+            "checkpoint's (same number of records, different text or labels); restore the original files, or "
+            "pass --force_resume true to continue on the new data")
+    if is_rank0():
+        logger.warning("force_resume: resuming %s although the training data's content changed (%s)", path, what)
 
 
 def load_actor(session, path: Path, saved: dict) -> None:
@@ -394,6 +447,7 @@ def resume_from(session, path: Path) -> Path:
         raise CheckpointError(f"{path} was written by a newer ppokit (checkpoint format {saved['format']}); "
                               "upgrade ppokit to resume it")
     check_arguments(path, saved["args"], session.args)
+    check_same_data(path, saved, session)
     world = world_size()
     if saved.get("world_size", world) != world:
         raise CheckpointError(f"{path} was saved by {saved['world_size']} processes but this run has {world}; "
@@ -437,64 +491,3 @@ def checkpoint_bytes(session) -> int:
         else:
             total += 2 * weights + 2 * trainable
     return total
-
-
-def check_output_dir(output_dir: str | Path, need_bytes: int) -> None:
-    """Fail before training when `output_dir` is not writable or the disk is too small for a checkpoint."""
-    root = Path(output_dir)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".ppokit-write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise CheckpointError(f"output_dir {root} is not writable ({exc.strerror or exc}); "
-                              "choose another output_dir or fix its permissions") from exc
-    free = shutil.disk_usage(root).free
-    if free < need_bytes:
-        raise CheckpointError(
-            f"output_dir {root} has {free / 2**30:.2f} GiB free but a checkpoint needs about "
-            f"{need_bytes / 2**30:.2f} GiB; free space, choose another output_dir, or set "
-            "ignore_save_lr_and_optim / save_strategy no"
-        )
-
-
-def start_fresh(session) -> None:
-    """Step 0 in an output_dir holding an earlier run's checkpoints: stop (a later `auto` would resume the wrong
-    run), unless overwrite_output_dir, which deletes them."""
-    root = Path(session.args.output_dir)
-    old = complete_checkpoints(root)
-    if not old:
-        return
-    names = ", ".join(p.name for p in old)
-    if not session.args.overwrite_output_dir:
-        raise CheckpointError(
-            f"output_dir {root} already holds checkpoints of an earlier run ({names}); resume it with "
-            "--resume_from_checkpoint auto, start over with --overwrite_output_dir true (which deletes them), "
-            "or choose another output_dir"
-        )
-    barrier()  # every rank has looked before rank 0 deletes
-    if is_rank0():
-        for path in old:
-            shutil.rmtree(path, ignore_errors=True)
-        logger.warning("overwrite_output_dir: deleted %s of an earlier run in %s", names, root)
-    barrier()
-
-
-def prepare_run(session) -> Path | None:
-    """Before the first step of `train()`: check output_dir, then resume per `resume_from_checkpoint`.
-
-    "auto" with no checkpoint yet starts from step 0 (with a note); true or a path must exist. A session
-    that has already stepped (or was built by `Session.resume`) is not resumed again.
-    """
-    args = session.args
-    check_output_dir(args.output_dir, checkpoint_bytes(session))
-    if session.global_step > 0 or getattr(session, "resume_step", None) is not None:
-        return None
-    spec = args.resume_from_checkpoint
-    if spec not in (None, False, ""):
-        if not (str(spec).lower() == "auto" and not complete_checkpoints(args.output_dir)):
-            return resume_into(session, spec)
-        logger.warning("resume_from_checkpoint=auto: no checkpoint in %s yet; starting from step 0", args.output_dir)
-    start_fresh(session)
-    return None

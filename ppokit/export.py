@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ppokit.checkpoint_safety import disk_full, is_disk_full, nonfinite_names
 from ppokit.errors import PpokitError
 
 logger = logging.getLogger("ppokit")
@@ -122,16 +123,8 @@ def check_destination(source: Path, out: Path, overwrite: bool) -> None:
         raise ExportError(f"--overwrite refused: {out} holds checkpoints of a run; choose another --out")
 
 
-def export(src: str | os.PathLike, out: str | os.PathLike, dtype: str | None = None, overwrite: bool = False) -> Path:
-    """Write a plain HF model folder at `out` from `src` (see the module docstring); returns `out`."""
-    if dtype is not None and dtype not in DTYPES:
-        raise ExportError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    folder = resolve_source(src)
-    out = Path(out)
-    check_destination(folder, out, overwrite)
-    model = load_for_export(folder, DTYPES.get(dtype) if dtype else None)
-    tokenizer = load_tokenizer_for(folder)
-    tmp = out.parent / f".tmp-export-{out.name}"
+def write_export(model, tokenizer, folder: Path, tmp: Path) -> None:
+    """The exported files into the temporary folder `tmp` (renamed onto --out by the caller)."""
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp, safe_serialization=True)
@@ -140,6 +133,29 @@ def export(src: str | os.PathLike, out: str | os.PathLike, dtype: str | None = N
     else:
         logger.warning("%s has no tokenizer; the exported folder holds only the model", folder)
     (tmp / EXPORT_MARKER).write_text(f"exported by ppokit from {folder.resolve()}\n")
+
+
+def export(src: str | os.PathLike, out: str | os.PathLike, dtype: str | None = None, overwrite: bool = False) -> Path:
+    """Write a plain HF model folder at `out` from `src` (see the module docstring); returns `out`."""
+    if dtype is not None and dtype not in DTYPES:
+        raise ExportError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    folder = resolve_source(src)
+    out = Path(out)
+    check_destination(folder, out, overwrite)
+    model = load_for_export(folder, DTYPES.get(dtype) if dtype else None)
+    bad = nonfinite_names(model)
+    if bad:
+        raise ExportError(f"{folder} holds NaN or inf weights ({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}: "
+                          f"{len(bad)} tensors); nothing was exported: export an earlier checkpoint-<step>")
+    tokenizer = load_tokenizer_for(folder)
+    tmp = out.parent / f".tmp-export-{out.name}"
+    try:
+        write_export(model, tokenizer, folder, tmp)
+    except Exception as exc:
+        if is_disk_full(exc):
+            raise ExportError(str(disk_full(f"the export {out.name}", out.parent, None, tmp,
+                                            "Free space or choose another --out"))) from None
+        raise
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)

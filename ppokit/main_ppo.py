@@ -117,13 +117,14 @@ def _print_config(args: Arguments, translation: VerlTranslation, argv: list[str]
 def user_errors() -> tuple[type[BaseException], ...]:
     from ppokit.checkpoint import CheckpointError
     from ppokit.data import DataError
+    from ppokit.errors import PpokitError
     from ppokit.launch import LaunchError
     from ppokit.models import ModelNotFoundError
     from ppokit.rewards import RewardError, RewardServerError
     from ppokit.tasks import TaskError
 
     return (ConfigError, CheckpointError, DataError, LaunchError, ModelNotFoundError, RewardError,
-            RewardServerError, TaskError)
+            RewardServerError, TaskError, PpokitError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--help" in argv or "-h" in argv:
         print(USAGE)
         return 0
+    args = None
     try:
         args, translation, options = parse_main_ppo(argv)
         if options.get("print_config"):
@@ -154,7 +156,12 @@ def main(argv: list[str] | None = None) -> int:
         Session(args).train()
     except user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)  # 143 after SIGTERM's checkpoint
+    except KeyboardInterrupt:
+        from ppokit.checkpoint_run import interrupted_sentence
+
+        print(interrupted_sentence(getattr(args, "output_dir", None)), file=sys.stderr)
+        return 130
     return 0
 
 

@@ -41,6 +41,8 @@ class Session:
         self.history: list[dict] = []
         self._tracker = None
         self.resume_step: int | None = None  # set by a resume: the tracker continues that run's files
+        self._preemption = None  # set by train(): a SIGTERM checkpoints and stops between steps
+        self._eval_spec = (args.eval_datasets, args.eval_task_config)  # what state.eval_records was built from
 
     def __repr__(self) -> str:
         """e.g. Session(model='smollm2-135m-instruct', algorithm='grpo', step=3/30, output_dir='output/grpo', ...)."""
@@ -70,6 +72,11 @@ class Session:
 
     def score(self, batch: RolloutBatch) -> torch.Tensor:
         """Rewards for every response (rule functions, reward model or reward server); returns (B,)."""
+        if not isinstance(batch, RolloutBatch):
+            from ppokit.errors import PpokitError
+
+            raise PpokitError(f"score() needs the batch that rollout() returned, got {type(batch).__name__}: "
+                              "batch = s.rollout(); s.score(batch)")
         fill_in(batch, phases.score(self.state, self.args, batch))
         return batch.scores
 
@@ -115,27 +122,44 @@ class Session:
 
     def train(self) -> list[dict]:
         """Step until `max_steps`, with evaluation, checkpoints and progress; returns the metric history."""
-        from ppokit.checkpoint import prepare_run
+        from ppokit.checkpoint_run import guarded_run
         from ppokit.training.loop import train_loop
 
-        prepare_run(self)  # output_dir writable with room for a checkpoint; resume_from_checkpoint
-        return train_loop(self)
+        with guarded_run(self):  # output_dir checks and lock, resume, SIGTERM -> checkpoint, NaN -> a sentence
+            return train_loop(self)
+
+    def between_steps(self) -> None:
+        """Called by train() after each step: a pending SIGTERM writes a checkpoint and stops the run here."""
+        if self._preemption is not None:
+            self._preemption.check(self)
 
     def evaluate(self) -> dict[str, float]:
         """Score the eval set (greedy or sampled) and return eval/* metrics."""
         from ppokit.training.evaluate import evaluate
 
+        self._reload_eval_data()
         metrics = evaluate(self.state, self.args)
         self.tracker.log(self.global_step, metrics)
         return metrics
+
+    def _reload_eval_data(self) -> None:
+        """eval_datasets / eval_task_config changed since the Session was built: load and encode them now."""
+        spec = (self.args.eval_datasets, self.args.eval_task_config)
+        if spec == self._eval_spec:
+            return
+        from ppokit.training.build import build_data_split
+
+        records, _, _ = build_data_split(self.args, self.tokenizer, *spec)
+        train = {r["_prompt_text"] for r in self.state.train_records}
+        self.state.eval_records = [r for r in records if r["_prompt_text"] not in train]
+        self._eval_spec = spec
 
     # ------------------------------------------------------------------ checkpoints
 
     def save(self, final: bool = False):
         """Write `output_dir/checkpoint-<step>` atomically; with final=True also the HF model in output_dir."""
-        from pathlib import Path
-
-        from ppokit.checkpoint import save_checkpoint, save_hf
+        from ppokit.checkpoint import save_checkpoint
+        from ppokit.checkpoint_run import save_final
         from ppokit.tracking.console import quiet_hf_progress
 
         path = None
@@ -143,7 +167,7 @@ class Session:
             if not final or self.args.save_strategy != "no":
                 path = save_checkpoint(self)
             if final:  # every rank calls it (ZeRO-3 gathers the weights); rank 0 writes
-                save_hf(self.model, self.tokenizer, Path(self.args.output_dir))
+                save_final(self)
         return path
 
     @classmethod

@@ -71,8 +71,10 @@ class PpokitArguments(BaseModel):
     reward_on_error: Literal["raise", "skip_group"] = Field(
         "raise", description="When a reward fails: raise (stop) or skip_group (drop that prompt's group, counted).")
     reward_server_token: str | None = Field(None, description="Bearer token sent to (and required by) the reward server.")
-    reward_timeout: float = Field(60.0, gt=0.0, description="Seconds per reward-server request.")
-    reward_max_retries: int = Field(3, ge=0, description="Retries per failed reward-server request before an error.")
+    reward_timeout: float = Field(60.0, gt=0.0, description=(
+        "Seconds per reward call: each reward-server request, and each batch call of an in-process reward function "
+        "(rule or file.py:fn; run in a worker thread and abandoned when late). Retried reward_max_retries times."))
+    reward_max_retries: int = Field(3, ge=0, description="Retries per failed reward-server request or timed-out reward function call before an error.")
     task: str | None = Field(
         None, description="Rule-reward task for records without a 'task' field (knights_knaves, arithmetic, countdown).")
     # --- rollout and evaluation ---

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,8 @@ _LOGGED: set[str] = set()
 
 
 def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a JSON or YAML argument file into a dict; ConfigError names the file and the problem."""
+    """Read a JSON or YAML argument file into a dict; ConfigError names the file and the problem (also a
+    duplicated key, with both lines, an empty or `null` file, and NaN/Infinity in JSON)."""
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in (".json", ".yaml", ".yml"):
@@ -34,17 +37,42 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the argument file ({exc.strerror or exc}).") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: the argument file is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
     data = _parse_json(p, text) if suffix == ".json" else _parse_yaml(p, text)
     if data is None:
-        return {}
+        raise ConfigError(f"{p}: the argument file is empty (or holds only null); it must be a mapping of "
+                          "key: value, e.g. actor_model_name_or_path: ... (an empty file is usually a truncated copy).")
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of key: value, not {type(data).__name__}.")
     return data
 
 
+def _key_lines(text: str, key: str) -> list[int]:
+    """1-based lines where `"key":` (JSON) appears."""
+    pattern = re.compile(r'"' + re.escape(json.dumps(key)[1:-1]) + r'"\s*:')
+    return [text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)]
+
+
 def _parse_json(p: Path, text: str) -> Any:
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                lines = _key_lines(text, key)
+                where = f"lines {lines[0]} and {lines[1]}" if len(lines) > 1 else "twice in one object"
+                raise ConfigError(f"{p}:{lines[-1] if lines else '?'}: the key {key!r} appears twice ({where}); "
+                                  "JSON would silently keep the last one: delete one of them.")
+            out[key] = value
+        return out
+
+    def no_constant(name: str) -> Any:
+        line = next((i for i, row in enumerate(text.splitlines(), 1) if re.search(rf"(?<![\w\"]){name}\b", row)), "?")
+        raise ConfigError(f"{p}:{line}: {name} is not a finite number; a value here must be finite (JSON itself "
+                          "has no NaN or Infinity).")
+
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique, parse_constant=no_constant)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}.") from None
 
@@ -53,12 +81,32 @@ def _parse_yaml(p: Path, text: str) -> Any:
     import yaml
 
     try:
+        _check_yaml_keys(p, yaml.compose(text, Loader=yaml.SafeLoader))
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{where}: invalid YAML: {problem}.") from None
+
+
+def _check_yaml_keys(p: Path, node: Any) -> None:
+    """A key given twice in one YAML mapping is a ConfigError naming it and both lines (YAML keeps the last)."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                line = key.start_mark.line + 1
+                if key.value in seen:
+                    raise ConfigError(f"{p}:{line}: the key {key.value!r} appears twice (lines {seen[key.value]} and "
+                                      f"{line}); YAML would silently keep the last one: delete one of them.")
+                seen[key.value] = line
+            _check_yaml_keys(p, value)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _check_yaml_keys(p, item)
 
 
 def env_world_size() -> int:
@@ -93,6 +141,7 @@ def load_arguments(path: str | os.PathLike | None = None, overrides: dict | None
     args = _validate(values, origin)
     updates, rule_notes = _derive(args, origin)
     args = _validate({**values, **updates}, origin)
+    _refuse_non_finite(args, origin)
     notes += ignored_notes({k: getattr(args, k) for k in values}) + rule_notes
     problems = consistency_errors(args) + early_errors(args)
     if problems:
@@ -140,6 +189,24 @@ def _validate(values: dict[str, Any], origin: dict[str, str]) -> Arguments:
         return Arguments.model_validate(values)
     except ValidationError as exc:
         raise ConfigError("\n".join(_describe(e, values, origin) for e in exc.errors())) from None
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v) for v in value)
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    return False
+
+
+def _refuse_non_finite(args: Arguments, origin: dict[str, str]) -> None:
+    """inf / nan (from `--learning_rate inf`, YAML's .inf, a Python override) is refused wherever a number is read."""
+    bad = [key for key in type(args).model_fields if _non_finite(getattr(args, key))]
+    if bad:
+        raise ConfigError("\n".join(f"{origin.get(k, 'arguments')}: {k}={getattr(args, k)!r} is not a finite number; "
+                                    "give a finite value." for k in bad))
 
 
 def _derive(args: Arguments, origin: dict[str, str]) -> tuple[dict, list[str]]:

@@ -108,13 +108,29 @@ def _from_messages(value, key: str, where: str) -> tuple[dict, str | None]:
     for i, msg in enumerate(value):
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str) or "content" not in msg:
             raise DataError(f"{where}: '{key}'[{i}] must be an object with a string 'role' and a 'content'")
-        messages.append({"role": msg["role"], "content": _content(msg["content"], where, i)})
+        content = _content(msg["content"], where, i)
+        if msg["role"] == "user" and not content.strip():
+            raise DataError(f"{where}: '{key}'[{i}] 'content' is empty; expected a non-empty user turn")
+        messages.append({"role": msg["role"], "content": content})
     label = None
     if messages[-1]["role"] == "assistant":
         label = messages.pop()["content"]
     if not messages:
         raise DataError(f"{where}: '{key}' holds only an assistant turn; expected at least one user turn")
     return {"messages": messages}, label
+
+
+def _check_unicode(body: dict, where: str, name: str) -> None:
+    """A lone surrogate (e.g. "\\ud800" in JSON, half of an emoji cut in two) is not text a tokenizer can read."""
+    texts = [(f"'{name}'", body["prompt"])] if "prompt" in body else [
+        (f"'{name}' turn {i} ({m['role']})", m["content"]) for i, m in enumerate(body["messages"])]
+    for field, text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise DataError(f"{where}: {field} holds a lone surrogate ({text[exc.start]!r} at character "
+                            f"{exc.start}), which is not valid Unicode; fix that text (often half of an emoji "
+                            "cut in two)") from None
 
 
 def _task_of(row: dict) -> str | None:
@@ -155,20 +171,24 @@ def row_to_record(
     if prompt_key in row and not _is_chat_list(row[prompt_key]):
         body, label, kind = _from_src_tgt(row, where, prompt_key, response_key)
         consumed |= {prompt_key, response_key}
+        field = prompt_key
     elif "messages" in row:
         body, label = _from_messages(row["messages"], "messages", where)
         kind = "messages"
         consumed.add("messages")
+        field = "messages"
     elif _is_chat_list(row.get(prompt_key)) or _is_chat_list(row.get("prompt")):
         key = prompt_key if _is_chat_list(row.get(prompt_key)) else "prompt"
         body, label = _from_messages(row[key], key, where)
         kind = "chat prompt (verl)"
         consumed.add(key)
+        field = key
     elif isinstance(row.get("prompt"), str):
         if not row["prompt"].strip():
             raise DataError(f"{where}: 'prompt' is empty")
         body, label, kind = {"prompt": row["prompt"]}, None, "prompt"
         consumed.add("prompt")
+        field = "prompt"
     else:
         keys = ", ".join(sorted(row)) or "none"
         raise DataError(
@@ -177,6 +197,7 @@ def row_to_record(
         )
     if label is None:
         label = _extra_label(row, response_key, consumed)
+    _check_unicode(body, where, field)
     fields = {k: v for k, v in row.items() if k not in consumed}
     record = {**body, "label": label, "task": _task_of(row), "source": where, "fields": fields}
     return record, kind

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ppokit.rewards.errors import RewardError
-from ppokit.rewards.functions import NamedReward, make_rule_reward, parse_reward_functions
+from ppokit.rewards.functions import NamedReward, make_rule_reward, parse_reward_functions, with_deadline
 from ppokit.rewards.verl_score import unknown_source_hint
 
 logger = logging.getLogger("ppokit")
@@ -60,13 +61,22 @@ def _server_reward(args: Any) -> NamedReward:
     )
 
 
+def in_process_deadline(fns: list[NamedReward], args: Any) -> list[NamedReward]:
+    """The rule and `file.py:fn` functions under `reward_timeout` per batch call, with the server's retry and
+    `reward_on_error` policy (a hung function would otherwise stall the run without a word)."""
+    timeout = float(_attr(args, "reward_timeout", 60.0))
+    retries = int(_attr(args, "reward_max_retries", 3))
+    skip = _attr(args, "reward_on_error", "raise") == "skip_group"
+    return [with_deadline(f, timeout, retries, skip) for f in fns]
+
+
 def _unique(fns: list[NamedReward]) -> list[NamedReward]:
     seen: dict[str, int] = {}
     out = []
     for f in fns:
         seen[f.name] = seen.get(f.name, 0) + 1
         name = f.name if seen[f.name] == 1 else f"{f.name}_{seen[f.name]}"
-        out.append(f if name == f.name else NamedReward(name, f.fn, f.weight, f.allow_none, f.locate_errors))
+        out.append(f if name == f.name else replace(f, name=name))
     return out
 
 
@@ -80,7 +90,7 @@ def _weighted(fns: list[NamedReward], weights: Sequence[float] | None) -> list[N
             f"reward_weights has {len(weights)} values but there are {len(fns)} reward functions "
             f"{names}; give one weight per function, in that order"
         )
-    return [NamedReward(f.name, f.fn, float(w), f.allow_none, f.locate_errors) for f, w in zip(fns, weights)]
+    return [replace(f, weight=float(w)) for f, w in zip(fns, weights)]
 
 
 def build_reward_functions(args: Any, records: Sequence[dict] | None = None, base_dir: str | None = None) -> list[NamedReward]:
@@ -100,6 +110,7 @@ def build_reward_functions(args: Any, records: Sequence[dict] | None = None, bas
     if use_rule:
         fns.append(NamedReward(name="rule", fn=make_rule_reward(default_task)))
     fns.extend(custom)
+    fns = in_process_deadline(fns, args)
     if use_server:
         fns.append(_server_reward(args))
     if model_path and not explicit_rule and not use_server:

@@ -7,6 +7,7 @@ import argparse
 import inspect
 import ipaddress
 import json
+import math
 import os
 import sys
 
@@ -52,6 +53,28 @@ def check_bind(host: str, token: str | None, insecure: bool) -> None:
     )
 
 
+def _port(text: str) -> int:
+    """A TCP port 0-65535 (0: any free one), else argparse's one-line error."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port: ports run from 0 to 65535 (default 8731)")
+    return port
+
+
+def _positive(text: str) -> float:
+    """A finite number > 0 (inf and nan are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number greater than 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="reward_server.py", description=(
         "ppokit reward server: PaddleNLP's protocol on POST /, OpenRLHF's on POST /get_reward, "
@@ -61,15 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--function", metavar="FILE.py:fn", help="score with a reward function fn(prompts, responses, **fields)")
     which.add_argument("--model", metavar="PATH", help="score with a sequence-classification reward model")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8731)
+    p.add_argument("--port", type=_port, default=8731, help="TCP port, 0-65535 (default 8731)")
     p.add_argument("--token", default=os.environ.get(TOKEN_ENV) or None,
                    help=f"require 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV}; prefer the variable, "
                         "a command line is visible to other users)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (each loads the scorer)")
     p.add_argument("--insecure", action="store_true", help="allow a non-loopback bind without a token")
     p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="most items per request")
-    p.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_BYTES / 2**20, help="largest request body")
-    p.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT, help="seconds per request")
+    p.add_argument("--max-body-mb", type=_positive, default=DEFAULT_MAX_BODY_BYTES / 2**20, help="largest request body")
+    p.add_argument("--request-timeout", type=_positive, default=DEFAULT_REQUEST_TIMEOUT, help="seconds per request")
     p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                    help="requests that may wait for a scoring thread; beyond it (or with a stuck scorer) 503 at once")
     p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (with --ssl-keyfile)")

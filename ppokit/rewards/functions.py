@@ -10,7 +10,11 @@ record dicts themselves) and every key of the records' `fields` (None where a re
 function that does not take `**kwargs` receives only the fields its signature names.
 
 Nothing here fails silently: an exception, a NaN/inf/None/non-number or the wrong number of values is
-a `RewardError` naming the function and the record (index and `source`).
+a `RewardError` naming the function and the record (index and `source`). A function given a `timeout` runs in
+a worker thread; a call that takes longer is abandoned (the thread is left to finish on its own), retried
+`retries` times, then a RewardError, or, with `skip_on_timeout` (reward_on_error: skip_group), the batch's
+groups are dropped as the reward server client does. Ctrl-C while a function runs is the user's interrupt
+(KeyboardInterrupt goes through), never blamed on the function.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import logging
 import math
 import numbers
 import sys
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,6 +55,10 @@ class NamedReward:
         client under `reward_on_error: skip_group`); that item's reward becomes NaN, see `skipped_groups`.
     locate_errors: when the function raises on a batch, call it again one record at a time to name the
         record that fails (off for the server client, whose errors already say what failed).
+    timeout: seconds one batch call may take (`reward_timeout`); None runs it in the calling thread, unbounded.
+    retries: how often a timed-out call is tried again (`reward_max_retries`).
+    skip_on_timeout: after the last timed-out try, the batch's items get None (their groups are dropped)
+        instead of a RewardError (`reward_on_error: skip_group`).
     """
 
     name: str
@@ -57,6 +66,17 @@ class NamedReward:
     weight: float = 1.0
     allow_none: bool = False
     locate_errors: bool = True
+    timeout: float | None = None
+    retries: int = 0
+    skip_on_timeout: bool = False
+
+
+class RewardTimeout(RewardError):
+    """A reward function's batch call took longer than its timeout on every try."""
+
+
+def with_deadline(reward: NamedReward, timeout: float | None, retries: int, skip: bool) -> NamedReward:
+    return replace(reward, timeout=timeout, retries=retries, skip_on_timeout=skip)
 
 
 # ---------------------------------------------------------------- fields and calling
@@ -102,24 +122,63 @@ def _where(i: int, records: Sequence[dict]) -> str:
     return f"record {i} (source {source!r})" if source else f"record {i}"
 
 
-def _call(reward: NamedReward, prompts, responses, fields, records) -> Sequence[Any]:
+def _deadline(reward: NamedReward, call: Callable[[], Sequence[Any]]) -> Sequence[Any]:
+    """`call()` within `reward.timeout` seconds in a worker thread, retried `reward.retries` times on timeout;
+    RewardTimeout after the last try. Without a timeout, `call()` here. Its exception is raised here."""
+    if not reward.timeout:
+        return call()
+    tries = reward.retries + 1
+    for attempt in range(1, tries + 1):
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work(box=box, done=done):
+            try:
+                box["value"] = call()
+            except BaseException as exc:  # carried to the caller's thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name=f"reward-{reward.name}", daemon=True).start()
+        if done.wait(reward.timeout):  # Ctrl-C interrupts this wait in the main thread
+            error = box.get("error")
+            if isinstance(error, ValueError) and "main thread" in str(error):
+                # the function uses signal.alarm (as some math verifiers do), which works in the main thread only
+                _log.warning("reward function %r needs the main thread (%s); it runs there without reward_timeout",
+                             reward.name, error)
+                return call()
+            if error is not None:
+                raise error
+            return box["value"]
+        _log.warning("reward function %r: try %d/%d took longer than reward_timeout=%gs and was abandoned",
+                     reward.name, attempt, tries, reward.timeout)
+    raise RewardTimeout(f"did not return within reward_timeout={reward.timeout:g} s on any of {tries} tries "
+                        "(the calls were abandoned); make it faster, raise reward_timeout, or set reward_on_error: "
+                        "skip_group to drop such batches")
+
+
+SKIPPED = object()  # what `_call` returns for a batch that timed out under `skip_on_timeout`
+
+
+def _call(reward: NamedReward, prompts, responses, fields, records) -> Any:
+    """The function's values for the batch; SKIPPED when it timed out under `skip_on_timeout`."""
     kwargs = _accepted(reward.fn, fields)
     try:
-        return reward.fn(list(prompts), list(responses), **kwargs)
+        return _deadline(reward, lambda: reward.fn(list(prompts), list(responses), **kwargs))
+    except KeyboardInterrupt:  # the user's Ctrl-C, not the function's fault
+        raise
+    except RewardTimeout as exc:
+        if reward.skip_on_timeout:
+            _log.warning("reward function %r: %d items skipped (reward_on_error: skip_group): %s", reward.name,
+                         len(responses), exc)
+            return SKIPPED
+        raise RewardError(f"reward function {reward.name!r} {exc}") from None
     except RewardError as exc:
         raise RewardError(f"reward function {reward.name!r}: {exc}", exc.index, exc.source) from exc
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: a user function must not end the run silently
+    except BaseException as exc:  # SystemExit too: a user function must not end the run silently
         if reward.locate_errors and len(responses) > 1 and isinstance(exc, Exception):
-            for i in range(len(responses)):
-                try:
-                    reward.fn(list(prompts[i : i + 1]), list(responses[i : i + 1]), **_subset(kwargs, i))
-                except BaseException as one:
-                    raise RewardError(
-                        f"reward function {reward.name!r} raised {type(one).__name__}: {one} "
-                        f"on {_where(i, records)}; fix the function or that record",
-                        i,
-                        records[i].get("source"),
-                    ) from exc
+            _locate(reward, prompts, responses, kwargs, records, exc)
         where = _where(0, records) if len(responses) == 1 else f"a batch of {len(responses)} records"
         raise RewardError(
             f"reward function {reward.name!r} raised {type(exc).__name__}: {exc} on {where}; "
@@ -127,6 +186,25 @@ def _call(reward: NamedReward, prompts, responses, fields, records) -> Sequence[
             0 if len(responses) == 1 else None,
             records[0].get("source") if len(responses) == 1 and records else None,
         ) from exc
+
+
+def _locate(reward: NamedReward, prompts, responses, kwargs, records, exc: BaseException) -> None:
+    """Call the function one record at a time to name the record that fails (RewardError); returns if none does."""
+    for i in range(len(responses)):
+        try:
+            _deadline(reward, lambda i=i: reward.fn(list(prompts[i : i + 1]), list(responses[i : i + 1]),
+                                                    **_subset(kwargs, i)))
+        except KeyboardInterrupt:
+            raise
+        except RewardTimeout:
+            return
+        except BaseException as one:
+            raise RewardError(
+                f"reward function {reward.name!r} raised {type(one).__name__}: {one} "
+                f"on {_where(i, records)}; fix the function or that record",
+                i,
+                records[i].get("source"),
+            ) from exc
 
 
 # ---------------------------------------------------------------- checking values
@@ -225,7 +303,7 @@ def compute_rewards(
     per_fn: dict[str, torch.Tensor] = {}
     for reward in fns:
         raw = _call(reward, prompts, responses, fields, records) if n else []
-        values = check_values(reward, raw, records)
+        values = [None] * n if raw is SKIPPED else check_values(reward, raw, records)
         tensor = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32)
         per_fn[reward.name] = tensor
         total = total + float(reward.weight) * tensor

@@ -80,6 +80,7 @@ def train_loop(session) -> list[dict]:
     try:
         while session.global_step < total:
             metrics = session.step()
+            session.between_steps()  # a SIGTERM checkpoints and stops here
             step = session.global_step
             new_epoch = session.state.loader.epoch != epoch
             if eval_due(args, step, new_epoch):

@@ -190,10 +190,11 @@ def test_to_dict_is_json_and_has_every_field():
     assert data["offload_level"] == [] and data["rollout_n"] == 4
 
 
-def test_empty_yaml_file_gives_defaults(tmp_path):
+def test_empty_yaml_file_is_refused_naming_it(tmp_path):
     path = Path(tmp_path / "empty.yaml")
     path.write_text("# nothing\n")
-    assert load_arguments(path).max_steps == -1
+    with pytest.raises(ConfigError, match="empty.yaml: the argument file is empty"):  # usually a truncated copy
+        load_arguments(path)
 
 
 @pytest.mark.parametrize("name", ["llama_grpo_argument_3b97a283e.json", "qwen_grpo_argument_c7d44f2bf.yaml"])

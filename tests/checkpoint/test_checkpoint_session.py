@@ -13,10 +13,10 @@ from ppokit.args import load_arguments
 from ppokit.checkpoint import (
     STATE_FILE,
     CheckpointError,
-    check_output_dir,
     checkpoint_bytes,
     complete_checkpoints,
 )
+from ppokit.checkpoint_run import check_output_dir
 from ppokit.models.folders import hf_state_dict
 from ppokit.session import Session
 

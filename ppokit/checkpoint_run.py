@@ -1,0 +1,232 @@
+"""A training run's frame: the output folder's checks and lock, resume, preemption, and the final save.
+
+`guarded_run(session)` (used by `Session.train`) around the loop:
+  - refuses an output_dir that is/contains/is inside a model folder the run reads, and takes the run lock
+    (`checkpoint_lock`), held until the run ends;
+  - prepares the run (`prepare_run`: writable output_dir with room for a checkpoint, resume);
+  - SIGTERM (SLURM, Kubernetes, spot instances) lets the current step finish, then writes a checkpoint
+    atomically and stops with `Preempted` (exit 143); a second SIGTERM abandons the step at once (the last
+    periodic checkpoint stays the newest); `--resume_from_checkpoint auto` continues from it;
+  - a non-finite loss (`FloatingPointError` from the backward contract) becomes one sentence naming the step and
+    the last finite checkpoint (exit 2).
+`save_final` writes the final HF model into output_dir through a temporary folder (weights first, config.json
+last), after the finiteness check; a full disk leaves no config.json without weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+
+from ppokit.checkpoint import (
+    CheckpointError,
+    checkpoint_bytes,
+    complete_checkpoints,
+    is_rank0,
+    last_checkpoint_name,
+    resume_into,
+    save_checkpoint,
+)
+from ppokit.checkpoint_lock import OutputDirError, RunLock, check_not_model_folder
+from ppokit.checkpoint_safety import (
+    NonFiniteWeightsError,
+    after_divergence,
+    check_finite,
+    disk_full,
+    is_disk_full,
+)
+from ppokit.engine import all_reduce_sum, barrier, world_size
+from ppokit.errors import PpokitError
+from ppokit.models.folders import save_hf
+
+logger = logging.getLogger("ppokit")
+
+FINAL_TMP = ".tmp-final-model"
+
+
+class Preempted(PpokitError):
+    """SIGTERM stopped the run (after writing a checkpoint, unless the step was abandoned); exit status 143."""
+
+    exit_code = 143
+
+
+# ------------------------------------------------------------------ preemption
+
+
+class Preemption:
+    """The SIGTERM handler's flag; `check` (between steps) checkpoints and stops when any rank was signalled."""
+
+    def __init__(self):
+        self.signalled = 0
+        self.previous = None
+
+    def handler(self, signum, frame) -> None:
+        self.signalled += 1
+        if self.signalled == 1:
+            logger.warning("SIGTERM: finishing this step, then writing a checkpoint and stopping (a second SIGTERM "
+                           "stops at once)")
+            return
+        raise Preempted("a second SIGTERM abandoned the step in progress; the newest complete checkpoint is kept: "
+                        "resume with --resume_from_checkpoint auto")
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():  # signals can be handled there only
+            self.previous = signal.signal(signal.SIGTERM, self.handler)
+
+    def uninstall(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+            self.previous = None
+
+    def check(self, session) -> None:
+        signalled = float(self.signalled > 0)
+        if world_size() > 1:  # every rank must agree: the checkpoint is collective
+            signalled = all_reduce_sum(signalled)[0]
+        if not signalled:
+            return
+        path = save_checkpoint(session)
+        raise Preempted(f"stopped by SIGTERM after step {session.global_step}: wrote {path}; continue with "
+                        "--resume_from_checkpoint auto")
+
+
+# ------------------------------------------------------------------ the run's frame
+
+
+def take_lock(session) -> RunLock | None:
+    """Rank 0 checks output_dir (not a model folder, writable, room for a checkpoint) and takes its lock; every
+    rank learns whether it could (a refusal stops them all)."""
+    args = session.args
+    lock, refusal = None, None
+    if is_rank0():
+        try:
+            check_not_model_folder(args)
+            check_output_dir(args.output_dir, checkpoint_bytes(session))
+            lock = RunLock(args.output_dir).acquire()
+        except (OutputDirError, CheckpointError) as exc:
+            refusal = exc
+    if world_size() > 1 and all_reduce_sum(float(refusal is not None))[0] and refusal is None:
+        raise OutputDirError(f"output_dir {args.output_dir} cannot be used (rank 0 says why)")
+    if refusal is not None:
+        raise refusal
+    return lock
+
+
+@contextlib.contextmanager
+def guarded_run(session):
+    """The frame of `Session.train` (see the module docstring)."""
+    lock = take_lock(session)
+    preemption = Preemption()
+    try:
+        prepare_run(session)
+        preemption.install()
+        session._preemption = preemption
+        yield
+    except FloatingPointError as exc:
+        last = last_checkpoint_name(Path(session.args.output_dir))
+        raise NonFiniteWeightsError(f"step {session.global_step + 1} stopped: {exc} The weights may be damaged, "
+                                    f"so nothing more is saved; {after_divergence(last)}") from None
+    finally:
+        session._preemption = None
+        preemption.uninstall()
+        if lock is not None:
+            lock.release()
+
+
+def save_final(session) -> Path | None:
+    """The final HF model in output_dir (rank 0 writes; every rank calls it): checked finite, written into a
+    temporary folder, then moved in with config.json last, so no config.json ever stands without its weights."""
+    out = Path(session.args.output_dir)
+    check_finite({"actor": session.model}, session.global_step, "the final model", last_checkpoint_name(out))
+    tmp = out / FINAL_TMP
+    try:
+        if is_rank0():
+            shutil.rmtree(tmp, ignore_errors=True)
+        save_hf(session.model, session.tokenizer, tmp)
+        if is_rank0():
+            names = sorted(p.name for p in tmp.iterdir())
+            for name in sorted(names, key=lambda n: n == "config.json"):  # config.json last
+                os.replace(tmp / name, out / name)
+            shutil.rmtree(tmp, ignore_errors=True)
+    except Exception as exc:
+        if is_disk_full(exc, out, checkpoint_bytes(session)):
+            raise disk_full("the final model", out, checkpoint_bytes(session), tmp) from None
+        raise
+    barrier()
+    return out
+
+
+# ------------------------------------------------------------------ before training
+
+
+def check_output_dir(output_dir: str | Path, need_bytes: int) -> None:
+    """Fail before training when `output_dir` is not writable or the disk is too small for a checkpoint."""
+    root = Path(output_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".ppokit-write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise CheckpointError(f"output_dir {root} is not writable ({exc.strerror or exc}); "
+                              "choose another output_dir or fix its permissions") from exc
+    free = shutil.disk_usage(root).free
+    if free < need_bytes:
+        raise CheckpointError(
+            f"output_dir {root} has {free / 2**30:.2f} GiB free but a checkpoint needs about "
+            f"{need_bytes / 2**30:.2f} GiB; free space, choose another output_dir, or set "
+            "ignore_save_lr_and_optim / save_strategy no"
+        )
+
+
+def start_fresh(session) -> None:
+    """Step 0 in an output_dir holding an earlier run's checkpoints: stop (a later `auto` would resume the wrong
+    run), unless overwrite_output_dir, which deletes them."""
+    root = Path(session.args.output_dir)
+    old = complete_checkpoints(root)
+    if not old:
+        return
+    names = ", ".join(p.name for p in old)
+    if not session.args.overwrite_output_dir:
+        raise CheckpointError(
+            f"output_dir {root} already holds checkpoints of an earlier run ({names}); resume it with "
+            "--resume_from_checkpoint auto, start over with --overwrite_output_dir true (which deletes them), "
+            "or choose another output_dir"
+        )
+    barrier()  # every rank has looked before rank 0 deletes
+    if is_rank0():
+        for path in old:
+            shutil.rmtree(path, ignore_errors=True)
+        logger.warning("overwrite_output_dir: deleted %s of an earlier run in %s", names, root)
+    barrier()
+
+
+def prepare_run(session) -> Path | None:
+    """Before the first step of `train()`: check output_dir, then resume per `resume_from_checkpoint`.
+
+    "auto" with no checkpoint yet starts from step 0 (with a note); true or a path must exist. A session
+    that has already stepped (or was built by `Session.resume`) is not resumed again.
+    """
+    args = session.args
+    check_output_dir(args.output_dir, checkpoint_bytes(session))
+    if session.global_step > 0 or getattr(session, "resume_step", None) is not None:
+        return None
+    spec = args.resume_from_checkpoint
+    if spec not in (None, False, ""):
+        if not (str(spec).lower() == "auto" and not complete_checkpoints(args.output_dir)):
+            return resume_into(session, spec)
+        logger.warning("resume_from_checkpoint=auto: no checkpoint in %s yet; starting from step 0", args.output_dir)
+    start_fresh(session)
+    return None
+
+
+def interrupted_sentence(output_dir) -> str:
+    """What a Ctrl-C'd command line says: where the run's newest complete checkpoint is."""
+    found = complete_checkpoints(output_dir) if output_dir else []
+    where = (f"the newest complete checkpoint is {found[-1]}; continue with --resume_from_checkpoint auto" if found
+             else "no checkpoint had been written yet")
+    return f"interrupted (Ctrl-C): the run stopped without a traceback; {where}"
