@@ -37,7 +37,7 @@ from ppokit.checkpoint_guard import (
     reapply_optimizer_settings,
 )
 from ppokit.checkpoint_lock import check_not_model_folder
-from ppokit.checkpoint_safety import check_finite, data_fingerprint, disk_full, is_disk_full
+from ppokit.checkpoint_safety import check_finite, data_fingerprint, disk_full, is_disk_full, note_plan_change
 from ppokit.engine import barrier, rank, world_size
 from ppokit.errors import PpokitError
 from ppokit.models.folders import WeightsError, load_weights, save_adapter, save_hf
@@ -189,6 +189,7 @@ def trainer_state(session) -> dict:
                       "critic": schedule_position(st.critic.engine) if st.critic is not None else None},
         "history": session.history,
         "data_fingerprint": fingerprint_of(st),
+        "run_plan": st.run.to_dict(),  # the run's length and schedules when saved (a resume says if they changed)
         "args": session.args.to_dict(),
         "config": session.args.to_config(),  # only the keys that were set: rebuilds the same batch mode
     }
@@ -448,6 +449,7 @@ def resume_from(session, path: Path) -> Path:
                               "upgrade ppokit to resume it")
     check_arguments(path, saved["args"], session.args)
     check_same_data(path, saved, session)
+    note_plan_change(path, saved.get("run_plan"), session.state.run)
     world = world_size()
     if saved.get("world_size", world) != world:
         raise CheckpointError(f"{path} was saved by {saved['world_size']} processes but this run has {world}; "

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -21,6 +22,8 @@ import torch
 
 from ppokit.engine import all_reduce_sum
 from ppokit.errors import PpokitError
+
+logger = logging.getLogger("ppokit")
 
 
 class NonFiniteWeightsError(PpokitError):
@@ -126,3 +129,15 @@ def data_fingerprint(records: list[dict]) -> str:
         digest.update(json.dumps(kept, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8", "replace"))
         digest.update(b"\n")
     return digest.hexdigest()
+
+
+def note_plan_change(path: Path, saved_plan: dict | None, run) -> None:
+    """Say when a resume changes the run's length or LR schedule (e.g. a larger max_steps): the schedules
+    continue from the checkpoint's position along the new plan's curve."""
+    if not saved_plan or saved_plan.get("summary") == run.describe():
+        return
+    if saved_plan.get("rollout_steps") == run.rollout_steps and saved_plan.get("actor_lr_schedule") == \
+            run.to_dict()["actor_lr_schedule"]:
+        return
+    logger.warning("resuming %s with a different run plan: it was '%s', now '%s'; the LR schedules continue from "
+                   "the checkpoint's step along the new plan", path.name, saved_plan.get("summary"), run.describe())

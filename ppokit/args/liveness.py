@@ -12,6 +12,7 @@ Every key is one of:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .arguments import Arguments, AssignmentError
@@ -24,7 +25,7 @@ LIVE = frozenset({
     # sampling (read by every rollout) and evaluation
     "temperature", "top_p", "top_k", "repetition_penalty", "min_dec_len", "max_dec_len", "eval_temperature",
     "eval_rollout_n", "max_evaluate_steps", "per_device_eval_batch_size", "do_eval",
-    "evaluation_strategy", "eval_steps",
+    "evaluation_strategy", "eval_steps", "eval_datasets", "eval_task_config",
     # losses (LossConfig is resolved once per update)
     "clip_range_ratio", "clip_range_ratio_low", "clip_range_ratio_high", "clip_ratio_c", "clip_range_value",
     "loss_agg_mode", "loss_agg_norm_constant", "pg_loss_coeff", "kl_loss_coeff", "kl_loss_type", "entropy_coeff",
@@ -67,7 +68,7 @@ RESTART_GROUPS = {
     "parallel": ("sharding", "offload_level", "tensor_parallel_degree", "pipeline_parallel_degree", "rollout_engine",
                  "use_fusemt", "device", "bf16", "fp16", "recompute", "critic_recompute", "use_flash_attention"),
     "output": ("output_dir", "logging_dir", "report_to", "run_name", "disable_tqdm"),
-    "data": ("train_datasets", "eval_datasets", "ptx_datasets", "train_task_config", "eval_task_config",
+    "data": ("train_datasets", "ptx_datasets", "train_task_config",
              "prompt_key", "response_key", "max_prompt_len", "max_length", "chat_template", "train_data_size",
              "dataloader_shuffle", "dataloader_drop_last", "seed"),
 }
@@ -123,6 +124,8 @@ def guard(args: Arguments, name: str, value: Any) -> None:
     refused = refusal(name, value)
     if refused is not None:
         raise AssignmentError(refused)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise AssignmentError(f"{name}={value!r} is not a finite number; {name} is still {getattr(args, name)!r}.")
     old = getattr(args, name)
     before = set(consistency_errors(args) + early_errors(args))
     args._assign(name, value)

@@ -103,6 +103,8 @@ def test_live_assignment_follows_the_files_cross_key_rules(session):
     assert session.args.max_dec_len == 8
     with pytest.raises(PpokitError, match="clip_ratio_c=0.5 is refused"):
         session.args.clip_ratio_c = 0.5
+    with pytest.raises(PpokitError, match="learning_rate=inf is not a finite number"):
+        session.args.learning_rate = float("inf")
     session.args.max_dec_len = 4  # within the budget: taken
     assert session.rollout().response_mask.sum(1).max() <= 4
 
