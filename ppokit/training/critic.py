@@ -131,7 +131,7 @@ def critic_update(critic: Critic, batch: RolloutBatch, cfg: LossConfig, plan) ->
     if batch.values is None or batch.returns is None:
         raise ValueError("The critic update needs batch.values and batch.returns: run compute_advantages(batch) first.")
     out = minibatch_update(critic.engine, batch, plan, lambda part, denoms, first: critic_loss(critic, part, cfg, denoms),
-                           prefix="critic", hint="check the rewards (clip_range_score, normalize_reward) and "
+                           prefix="critic", device=critic.device, hint="check the rewards (clip_range_score, normalize_reward) and "
                            "critic_learning_rate")
     out["critic/values_mean"] = float(masked_mean(batch.values, batch.response_mask))
     out["critic/returns_mean"] = float(masked_mean(batch.returns, batch.response_mask))

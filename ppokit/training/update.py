@@ -21,6 +21,7 @@ import torch
 from ppokit.algos.reduce import global_denominators
 from ppokit.engine import all_reduce_sum, backward_and_step
 from ppokit.training.batch import RolloutBatch
+from ppokit.training.device import to_model_device
 
 # Metrics that are a micro-batch's share of its mini-batch's value: summed per optimizer step.
 SHARE_METRICS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/kl", "actor/kl_k1",
@@ -103,9 +104,11 @@ def minibatch_denominators(mask: torch.Tensor) -> tuple[float, float]:
 LossFn = Callable[[RolloutBatch, tuple[float, float], bool], tuple[torch.Tensor, dict[str, float]]]
 
 
-def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, prefix: str,
+def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, prefix: str, device,
                      hint: str = "") -> dict[str, float]:
     """`plan.update_iters` passes of optimizer steps of `engine` on `batch`; the averaged metrics.
+
+    Each micro-batch reaches `loss_fn` on the model's `device` (moved once, here).
 
     Metrics: share metrics (SHARE_METRICS) are summed per optimizer step, others averaged over
     micro-batches; both then averaged over steps; `<prefix>/grad_norm` is the mean pre-clip norm.
@@ -123,7 +126,7 @@ def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, pref
             for k, idx in enumerate(micro):
                 # Forward through the engine, not engine.module: ZeRO-3 counts micro-steps in the engine's
                 # forward and would otherwise overwrite, not accumulate, the micro-batches' gradients.
-                loss, metrics = loss_fn(mini.select(idx).trimmed(), denoms, k == 0)
+                loss, metrics = loss_fn(to_model_device(mini.select(idx).trimmed(), device), denoms, k == 0)
                 norm = backward_and_step(engine, loss, last=k == len(micro) - 1, hint=hint)
                 for key, v in metrics.items():
                     if key.endswith("/max"):  # a maximum over micro-batches, not a mean
