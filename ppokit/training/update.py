@@ -86,7 +86,7 @@ def length_sorted_chunks(attention_mask: torch.Tensor, size: int, group_ids: tor
     order = torch.argsort(lengths, stable=True)
     if group_ids is not None:
         _, group = torch.unique(group_ids, return_inverse=True)
-        longest = torch.zeros(int(group.max()) + 1, dtype=lengths.dtype).scatter_reduce(0, group, lengths, "amax")
+        longest = torch.zeros(int(group.max()) + 1, dtype=lengths.dtype, device=lengths.device).scatter_reduce(0, group, lengths, "amax")
         for key in (group, longest[group]):  # successive stable sorts: by longest row, then group, then length
             order = order[torch.argsort(key[order], stable=True)]
     order = order.tolist()
