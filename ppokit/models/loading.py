@@ -230,14 +230,24 @@ def load_tokenizer(path: str, padding_side: str = "left"):
     return tokenizer
 
 
-def attention_implementation(use_flash_attention: bool) -> str:
-    """PaddleNLP's `use_flash_attention` → "flash_attention_2" when flash-attn is importable, else "sdpa"."""
+def attention_implementation(use_flash_attention: bool, compute_dtype: torch.dtype | None) -> str:
+    """PaddleNLP's `use_flash_attention` → "flash_attention_2" when flash-attn is importable on CUDA and the forwards
+    compute in a half precision (`compute_dtype` from `dtype_for`: bf16 or fp16), else "sdpa" with a note.
+
+    FlashAttention has no float32 kernels ("FlashAttention only supports fp16 and bf16" at the first forward), so
+    a float32 run (neither bf16 nor fp16, or bf16 on a CPU without bf16 instructions) uses SDPA.
+    """
     if not use_flash_attention:
         return "sdpa"
-    if importlib.util.find_spec("flash_attn") is not None and torch.cuda.is_available():
-        return "flash_attention_2"
-    log.info("use_flash_attention: flash-attn is not usable here (needs CUDA and the flash-attn package); using SDPA")
-    return "sdpa"
+    if importlib.util.find_spec("flash_attn") is None or not torch.cuda.is_available():
+        log.info("use_flash_attention: flash-attn is not usable here (needs CUDA and the flash-attn package); "
+                 "using SDPA")
+        return "sdpa"
+    if compute_dtype not in (torch.bfloat16, torch.float16):
+        log.info("use_flash_attention: FlashAttention computes only in bf16/fp16, and this run computes in %s "
+                 "(set bf16: true to use it); using SDPA", compute_dtype)
+        return "sdpa"
+    return "flash_attention_2"
 
 
 def dtype_for(bf16: bool, fp16: bool, device) -> tuple[torch.dtype, torch.dtype]:

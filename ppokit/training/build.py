@@ -88,7 +88,7 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
             path = resolve_model_path(args.actor_model_name_or_path)
             tokenizer = tokenizer or load_tokenizer(path)
             model = load_causal_lm(path, dtype=param_dtype, device=device, gradient_checkpointing=args.recompute,
-                                   attn_implementation=attention_implementation(args.use_flash_attention), lora=lora)
+                                   attn_implementation=attention_implementation(args.use_flash_attention, compute_dtype), lora=lora)
     elif lora is not None:
         from ppokit.models import apply_lora
 

@@ -99,7 +99,7 @@ def build_critic(args, dist, plan, policy) -> Critic:
         if source != policy.model_path:
             check_same_vocabulary(source, policy.tokenizer)
         model = load_value_model(source, dtype=param_dtype, device=policy.device, gradient_checkpointing=recompute,
-                                 attn_implementation=attention_implementation(args.use_flash_attention))
+                                 attn_implementation=attention_implementation(args.use_flash_attention, compute_dtype))
     from ppokit.training.model_setup import configure_model
 
     configure_model(args, model.backbone, recompute)
