@@ -25,23 +25,33 @@ class WeightsError(PpokitError, ValueError):
 def hf_state_dict(module) -> dict[str, torch.Tensor] | None:
     """`module`'s weights under plain HF names (LoRA merged) on the CPU, on rank 0; None elsewhere.
 
-    Collective under ZeRO-3 (every rank must call it: the weights are gathered).
+    Collective under ZeRO-3 (every rank must call it): the weights are gathered one module at a time
+    (`hf_state_by_module`) and copied to rank 0's CPU memory, so no GPU ever holds more than one module's full
+    weights on top of its shard (gathering everything at once needs the whole float32 model on every GPU: 28 GB
+    for 7B, more than the shards and optimizer state of a run that needed ZeRO-3). Tied weights (embeddings / LM
+    head) stay one tensor.
     """
-    from ppokit.models.weights import gathered, hf_state
+    from ppokit.models.weights import hf_state_by_module, plain_model
 
-    with gathered(module):
-        if rank() != 0:
-            return None
-        state: dict[str, torch.Tensor] = {}
-        # Tied weights (embeddings / LM head) stay one tensor. The sources are kept alive while copying, so
-        # a temporary (a LoRA-merged weight) cannot free its memory for the next one to reuse its address.
-        copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-        for name, tensor in hf_state(module):
-            key = (tensor.data_ptr(), tensor.shape, tensor.dtype)
-            if key not in copies or tensor.numel() == 0:
-                copies[key] = (tensor, tensor.detach().to("cpu", copy=True).contiguous())
-            state[name] = copies[key][1]
-        return state
+    aliases = tied_names(plain_model(module))
+    state: dict[str, torch.Tensor] | None = {} if rank() == 0 else None
+    for pairs in hf_state_by_module(module):  # every rank walks every module: the gathers are collective
+        if state is None:
+            continue
+        for name, tensor in pairs:
+            first = aliases.get(name)
+            state[name] = state[first] if first in state else tensor.detach().to("cpu", copy=True).contiguous()
+    return state
+
+
+def tied_names(model) -> dict[str, str]:
+    """{name: first name} for every parameter reachable under more than one (HF) name, e.g. a tied LM head."""
+    first: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        name = name.replace(".base_layer.", ".")
+        out[name] = first.setdefault(id(param), name)
+    return {k: v for k, v in out.items() if k != v}
 
 
 def save_hf(module, tokenizer, out: str | os.PathLike) -> None:

@@ -87,8 +87,11 @@ def build_policy(args, dist, plan, model=None, tokenizer=None) -> Policy:
         with stage(f"loading {args.actor_model_name_or_path}"), quiet_hf_progress():
             path = resolve_model_path(args.actor_model_name_or_path)
             tokenizer = tokenizer or load_tokenizer(path)
+            from ppokit.training.engine_setup import zero3_config  # ZeRO-3: loaded partitioned
+
             model = load_causal_lm(path, dtype=param_dtype, device=device, gradient_checkpointing=args.recompute,
-                                   attn_implementation=attention_implementation(args.use_flash_attention, compute_dtype), lora=lora)
+                                   attn_implementation=attention_implementation(args.use_flash_attention, compute_dtype), lora=lora,
+                                   zero3_config=zero3_config(args, plan, device))
     elif lora is not None:
         from ppokit.models import apply_lora
 

@@ -18,7 +18,7 @@ from ppokit.algos.reduce import reduce_loss
 from ppokit.algos.value_loss import VALUE_LOSSES
 from ppokit.engine import current_lr
 from ppokit.training.batch import RolloutBatch
-from ppokit.training.engine_setup import option, train_engine
+from ppokit.training.engine_setup import option, train_engine, zero3_config
 from ppokit.training.forward import batched_values, value_forward
 from ppokit.training.update import LossConfig, minibatch_update
 
@@ -99,7 +99,8 @@ def build_critic(args, dist, plan, policy) -> Critic:
         if source != policy.model_path:
             check_same_vocabulary(source, policy.tokenizer)
         model = load_value_model(source, dtype=param_dtype, device=policy.device, gradient_checkpointing=recompute,
-                                 attn_implementation=attention_implementation(args.use_flash_attention, compute_dtype))
+                                 attn_implementation=attention_implementation(args.use_flash_attention, compute_dtype),
+                                 zero3_config=zero3_config(args, plan, policy.device, critic=True))
     from ppokit.training.model_setup import configure_model
 
     configure_model(args, model.backbone, recompute)
