@@ -85,6 +85,34 @@ def writable(module):
     return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0)
 
 
+@torch.no_grad()
+def load_state_by_module(module, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+    """(missing, unexpected) of `module.load_state_dict(state, strict=False)`, written one module at a time: under
+    ZeRO-3 only that module's parameters are gathered (collective: call on every rank), never the whole model."""
+    if not partitioned(module):
+        result = module.load_state_dict(state, strict=False)
+        return list(result.missing_keys), list(result.unexpected_keys)
+    import deepspeed
+
+    used: set[str] = set()
+    missing: list[str] = []
+    for name, sub in module.named_modules():
+        prefix = f"{name}." if name else ""
+        own = dict(sub.named_parameters(recurse=False))
+        own.update((k, b) for k, b in sub.named_buffers(recurse=False) if k not in sub._non_persistent_buffers_set)
+        if not own:
+            continue
+        params = [p for p in own.values() if hasattr(p, "ds_id")]
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=0):
+            for key, tensor in own.items():
+                if prefix + key in state:
+                    tensor.copy_(state[prefix + key])
+                    used.add(prefix + key)
+                else:
+                    missing.append(prefix + key)
+    return missing, [k for k in state if k not in used]
+
+
 def save_adapter(module, out: Path) -> None:
     """The LoRA adapters (peft layout); collective under ZeRO-3, rank 0 writes."""
     from ppokit.models.weights import gathered
@@ -104,15 +132,15 @@ def load_weights(module, folder: Path) -> None:
     state = {}
     for f in files:
         state.update(load_file(f))
-    with writable(module):
-        if hasattr(module, "peft_config"):
-            from peft import set_peft_model_state_dict
+    if hasattr(module, "peft_config"):
+        from peft import set_peft_model_state_dict
 
+        with writable(module):  # adapters are small: gathered at once
             result = set_peft_model_state_dict(module, state)
-            if result.unexpected_keys:
-                raise WeightsError(f"{folder}: adapter weights {result.unexpected_keys[:5]} do not fit this model")
-            return
-        missing, unexpected = module.load_state_dict(state, strict=False)
+        if result.unexpected_keys:
+            raise WeightsError(f"{folder}: adapter weights {result.unexpected_keys[:5]} do not fit this model")
+        return
+    missing, unexpected = load_state_by_module(module, state)
     tied = set(getattr(module, "_tied_weights_keys", None) or ()) | {"lm_head.weight"}
     real_missing = [k for k in missing if k not in tied]
     if real_missing or unexpected:

@@ -168,7 +168,7 @@ def drop_failed_groups(state, args, batch: RolloutBatch, total: torch.Tensor, pe
     then exactly a smaller step, with nothing in any denominator, reward statistic or normaliser that was not
     scored. When every group of some rank failed, every rank raises the same error (none waits for it).
     """
-    keep = torch.ones(len(total), dtype=torch.bool)
+    keep = torch.ones_like(total, dtype=torch.bool)
     n_skipped = 0
     if torch.isnan(total).any():
         keep, n_skipped = skipped_groups(total, args.rollout_n)

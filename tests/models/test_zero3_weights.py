@@ -85,3 +85,29 @@ def test_the_module_by_module_state_equals_the_state_dict_with_ties_kept(tiny_mo
         ties = tied_names(model.get_base_model() if hasattr(model, "peft_config") else model)
         assert ties == {"lm_head.weight": "model.embed_tokens.weight"}  # the tiny models tie their embeddings
         assert all(ours[name] is ours[first] for name, first in ties.items())
+
+
+def test_zero3_loading_saved_weights_gathers_one_module_at_a_time(dist, tiny_model_dir, tmp_path, monkeypatch):
+    """A weights-only resume (`load_weights`) into a ZeRO-3 actor writes module by module."""
+    import deepspeed
+
+    from ppokit.models.folders import load_weights
+    from ppokit.testing import save_tiny_model
+
+    other = save_tiny_model(tmp_path / "other", seed=7)
+    engine = build_engine(load_causal_lm(tiny_model_dir, zero3_config=zero3()), zero3())
+    sizes = []
+    real = deepspeed.zero.GatheredParameters
+
+    def recording(params, *args, **kwargs):
+        sizes.append(len(params) if isinstance(params, (list, tuple)) else 1)
+        return real(params, *args, **kwargs)
+
+    monkeypatch.setattr(deepspeed.zero, "GatheredParameters", recording)
+    load_weights(engine.module, tmp_path / "other")
+    assert sizes and max(sizes) <= 2
+    monkeypatch.setattr(deepspeed.zero, "GatheredParameters", real)
+    saved = load_file(f"{other}/model.safetensors")
+    with gathered(engine.module):
+        for name, p in engine.module.named_parameters():
+            torch.testing.assert_close(p.detach(), saved[name], rtol=0, atol=0)
