@@ -6,8 +6,9 @@ computes from a tagged tensor, and everything created or moved with `device=`/`.
 itself stays on the CPU, so the computation is real and differentiable). `tensor.device` answers "cuda:0" for a
 tagged tensor, so code that takes its device from an input (`torch.arange(n, device=x.device)`) gets a tagged tensor,
 and code that does not (`torch.zeros(n)`) gets an untagged one, as on a GPU. An op whose tensor arguments are both
-tagged and untagged raises `DeviceMismatch`, except where torch itself allows it: untagged 0-d tensors (CPU
-scalars), indexing a tagged tensor with untagged indices, and `copy_`.
+tagged and untagged raises `DeviceMismatch`, except where torch itself allows some mixing: untagged 0-d tensors
+(CPU scalars) are never counted, and indexing (`[]`, `[]=`, `index_put_`) and `copy_` are not checked (torch
+accepts CPU indices and copies across devices there; this mode is the more lenient one for them).
 
 FakeTensorMode(device="cuda") checks the same for small pieces, but aborts inside a whole transformers forward; this
 runs a whole forward, loss and backward.
@@ -109,7 +110,6 @@ class OnDevice(TorchFunctionMode):
         for m in modules:
             for t in list(m.parameters()) + list(m.buffers()):
                 tag(t)
-        self.mixed: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
