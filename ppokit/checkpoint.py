@@ -30,6 +30,7 @@ import torch
 from ppokit.checkpoint_guard import (
     DamagedCheckpointError,
     abandon_newer,
+    every_rank_sees,
     optimizer_settings,
     read_state,
     readable_on_every_rank,
@@ -276,7 +277,7 @@ def write_checkpoint(session, tmp: Path, final: Path, rng: dict) -> None:
     if is_rank0():
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    barrier()
+    every_rank_sees(tmp)  # a barrier; then every rank writes into rank 0's folder: output_dir must be shared
     write_actor(session, tmp)
     if st.critic is not None:
         st.critic.save(tmp, bool(args.ignore_save_lr_and_optim))

@@ -18,11 +18,12 @@ import contextlib
 import json
 import logging
 import shutil
+import time
 import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ppokit.engine import all_reduce_sum, world_size
+from ppokit.engine import all_reduce_sum, barrier, rank, world_size
 from ppokit.errors import PpokitError
 
 logger = logging.getLogger("ppokit")
@@ -87,6 +88,29 @@ def readable_on_every_rank(path: Path, state_file: str, rank: int) -> bool:
         logger.warning("rank %d cannot read %s: %s", rank, path.name, exc)
         readable = 0.0
     return all_reduce_sum(readable)[0] == world_size()
+
+
+class UnsharedOutputDirError(PpokitError):
+    """A rank cannot see the checkpoint folder rank 0 created: output_dir is not on a filesystem all nodes share."""
+
+
+def every_rank_sees(folder: Path, wait_s: float = 10.0) -> None:
+    """A barrier after rank 0 created `folder`, then every rank looks for it and all agree: all ranks write into it
+    (ZeRO shards, RNG states), so output_dir must be one filesystem that every node mounts at the same path. When
+    some rank cannot see it (after `wait_s`, for a network filesystem's caches), every rank raises the same error
+    rather than one failing while the others wait in the next collective."""
+    barrier()
+    deadline = time.monotonic() + wait_s
+    while not folder.is_dir() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    seen = all_reduce_sum(1.0 if folder.is_dir() else 0.0)[0]
+    if seen < world_size():
+        blind = "this rank" if not folder.is_dir() else "another rank"
+        raise UnsharedOutputDirError(
+            f"{int(world_size() - seen)} of {world_size()} ranks ({blind}, rank {rank()} reporting) cannot see "
+            f"{folder}, which rank 0 created for a checkpoint: every rank writes its part of a checkpoint there, so "
+            "output_dir must be on a filesystem shared by all nodes at the same path (NFS, Lustre, a cloud bucket "
+            "mount); set output_dir to such a path, or save_strategy: no to train without checkpoints.")
 
 
 # ------------------------------------------------------------------ optimizer settings

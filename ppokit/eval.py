@@ -119,7 +119,7 @@ def build_eval_state(args, records: list[dict]) -> SimpleNamespace:
     path = resolve_model_path(args.actor_model_name_or_path)
     tokenizer = load_tokenizer(path)
     model = load_causal_lm(path, dtype=param_dtype, device=device,
-                           attn_implementation=attention_implementation(args.use_flash_attention))
+                           attn_implementation=attention_implementation(args.use_flash_attention, compute_dtype))
     model.eval()
     kept = encode(records, tokenizer, args.max_prompt_len, encode_prompts)
     if not kept:

@@ -346,7 +346,7 @@ def score_to_token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Te
     """(B, R) token rewards with each sequence's score on its last valid response token."""
     token_rewards = torch.zeros_like(mask)
     last = (mask.sum(-1).long() - 1).clamp_min(0)
-    token_rewards[torch.arange(len(scores)), last] = scores.to(mask.dtype)
+    token_rewards[torch.arange(len(scores), device=mask.device), last] = scores.to(mask.dtype)
     return token_rewards * mask
 
 
@@ -354,4 +354,4 @@ def zero_std_groups(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 
     """(G,) group ids whose scores are all equal (no learning signal for group-relative methods)."""
     ids = torch.unique(group_ids)
     flat = [g for g in ids.tolist() if float(scores[group_ids == g].std(unbiased=False)) <= eps]
-    return torch.tensor(flat, dtype=torch.long)
+    return torch.tensor(flat, dtype=torch.long, device=group_ids.device)

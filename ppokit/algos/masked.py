@@ -86,7 +86,8 @@ def _whiten_over_group(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool, ep
     import torch.distributed as dist
 
     m = as_float_mask(mask, x)
-    sums = torch.tensor([float(m.sum()), float((x * m).sum()), float((x * x * m).sum())], dtype=torch.float64)
+    sums = torch.tensor([float(m.sum()), float((x * m).sum()), float((x * x * m).sum())], dtype=torch.float64,
+                        device=x.device)
     if dist.get_world_size(group) > 1:
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
         sums = sums.to(device)

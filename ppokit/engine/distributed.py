@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ppokit.errors import PpokitError
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -113,7 +115,7 @@ def init_distributed(backend: str | None = None) -> DistInfo:
     if not dist.is_initialized():
         _single_process_env_defaults()
     use_cuda = torch.cuda.is_available()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = local_rank_from_env(os.environ)
     if use_cuda:
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
@@ -143,6 +145,29 @@ def skip_shm_comm_build() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
+class LaunchError(PpokitError, RuntimeError):
+    """The launcher's environment does not say where this process runs."""
+
+
+def local_rank_from_env(env) -> int:
+    """This process's GPU on its node: LOCAL_RANK, else RANK % LOCAL_WORLD_SIZE (ranks numbered node by node, as
+    torchrun and the deepspeed launcher number them), else 0 for a single process.
+
+    Never RANK itself: on the second node of 8-GPU machines RANK is 8..15, and `set_device(8)` fails or, worse,
+    puts two processes on one GPU when a node has more GPUs than ranks.
+    """
+    if env.get("LOCAL_RANK") not in (None, ""):
+        return int(env["LOCAL_RANK"])
+    if env.get("LOCAL_WORLD_SIZE") not in (None, ""):
+        return int(env.get("RANK", "0")) % int(env["LOCAL_WORLD_SIZE"])
+    if int(env.get("WORLD_SIZE", "1")) > 1:
+        raise LaunchError(
+            f"WORLD_SIZE={env['WORLD_SIZE']} but neither LOCAL_RANK nor LOCAL_WORLD_SIZE is set, so this process "
+            f"(RANK={env.get('RANK', '?')}) cannot tell which GPU of its node is its own; start multi-process runs "
+            "with `torchrun` or `deepspeed`, which set LOCAL_RANK, or set LOCAL_RANK (or LOCAL_WORLD_SIZE) yourself.")
+    return 0
+
+
 def _single_process_env_defaults() -> None:
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env and int(env["WORLD_SIZE"]) > 1:
@@ -152,7 +177,7 @@ def _single_process_env_defaults() -> None:
                 f"WORLD_SIZE={env['WORLD_SIZE']} but {' and '.join(missing)} is not set; start multi-process "
                 "runs with `torchrun` or `deepspeed`, which set them."
             )
-        env.setdefault("LOCAL_RANK", env["RANK"])
+        env["LOCAL_RANK"] = str(local_rank_from_env(env))
         return
     env.setdefault("RANK", "0")
     env.setdefault("WORLD_SIZE", "1")

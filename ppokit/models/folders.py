@@ -25,23 +25,33 @@ class WeightsError(PpokitError, ValueError):
 def hf_state_dict(module) -> dict[str, torch.Tensor] | None:
     """`module`'s weights under plain HF names (LoRA merged) on the CPU, on rank 0; None elsewhere.
 
-    Collective under ZeRO-3 (every rank must call it: the weights are gathered).
+    Collective under ZeRO-3 (every rank must call it): the weights are gathered one module at a time
+    (`hf_state_by_module`) and copied to rank 0's CPU memory, so no GPU ever holds more than one module's full
+    weights on top of its shard (gathering everything at once needs the whole float32 model on every GPU: 28 GB
+    for 7B, more than the shards and optimizer state of a run that needed ZeRO-3). Tied weights (embeddings / LM
+    head) stay one tensor.
     """
-    from ppokit.models.weights import gathered, hf_state
+    from ppokit.models.weights import hf_state_by_module, plain_model
 
-    with gathered(module):
-        if rank() != 0:
-            return None
-        state: dict[str, torch.Tensor] = {}
-        # Tied weights (embeddings / LM head) stay one tensor. The sources are kept alive while copying, so
-        # a temporary (a LoRA-merged weight) cannot free its memory for the next one to reuse its address.
-        copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-        for name, tensor in hf_state(module):
-            key = (tensor.data_ptr(), tensor.shape, tensor.dtype)
-            if key not in copies or tensor.numel() == 0:
-                copies[key] = (tensor, tensor.detach().to("cpu", copy=True).contiguous())
-            state[name] = copies[key][1]
-        return state
+    aliases = tied_names(plain_model(module))
+    state: dict[str, torch.Tensor] | None = {} if rank() == 0 else None
+    for pairs in hf_state_by_module(module):  # every rank walks every module: the gathers are collective
+        if state is None:
+            continue
+        for name, tensor in pairs:
+            first = aliases.get(name)
+            state[name] = state[first] if first in state else tensor.detach().to("cpu", copy=True).contiguous()
+    return state
+
+
+def tied_names(model) -> dict[str, str]:
+    """{name: first name} for every parameter reachable under more than one (HF) name, e.g. a tied LM head."""
+    first: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        name = name.replace(".base_layer.", ".")
+        out[name] = first.setdefault(id(param), name)
+    return {k: v for k, v in out.items() if k != v}
 
 
 def save_hf(module, tokenizer, out: str | os.PathLike) -> None:
@@ -75,6 +85,34 @@ def writable(module):
     return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0)
 
 
+@torch.no_grad()
+def load_state_by_module(module, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+    """(missing, unexpected) of `module.load_state_dict(state, strict=False)`, written one module at a time: under
+    ZeRO-3 only that module's parameters are gathered (collective: call on every rank), never the whole model."""
+    if not partitioned(module):
+        result = module.load_state_dict(state, strict=False)
+        return list(result.missing_keys), list(result.unexpected_keys)
+    import deepspeed
+
+    used: set[str] = set()
+    missing: list[str] = []
+    for name, sub in module.named_modules():
+        prefix = f"{name}." if name else ""
+        own = dict(sub.named_parameters(recurse=False))
+        own.update((k, b) for k, b in sub.named_buffers(recurse=False) if k not in sub._non_persistent_buffers_set)
+        if not own:
+            continue
+        params = [p for p in own.values() if hasattr(p, "ds_id")]
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=0):
+            for key, tensor in own.items():
+                if prefix + key in state:
+                    tensor.copy_(state[prefix + key])
+                    used.add(prefix + key)
+                else:
+                    missing.append(prefix + key)
+    return missing, [k for k in state if k not in used]
+
+
 def save_adapter(module, out: Path) -> None:
     """The LoRA adapters (peft layout); collective under ZeRO-3, rank 0 writes."""
     from ppokit.models.weights import gathered
@@ -94,15 +132,15 @@ def load_weights(module, folder: Path) -> None:
     state = {}
     for f in files:
         state.update(load_file(f))
-    with writable(module):
-        if hasattr(module, "peft_config"):
-            from peft import set_peft_model_state_dict
+    if hasattr(module, "peft_config"):
+        from peft import set_peft_model_state_dict
 
+        with writable(module):  # adapters are small: gathered at once
             result = set_peft_model_state_dict(module, state)
-            if result.unexpected_keys:
-                raise WeightsError(f"{folder}: adapter weights {result.unexpected_keys[:5]} do not fit this model")
-            return
-        missing, unexpected = module.load_state_dict(state, strict=False)
+        if result.unexpected_keys:
+            raise WeightsError(f"{folder}: adapter weights {result.unexpected_keys[:5]} do not fit this model")
+        return
+    missing, unexpected = load_state_by_module(module, state)
     tied = set(getattr(module, "_tied_weights_keys", None) or ()) | {"lm_head.weight"}
     real_missing = [k for k in missing if k not in tied]
     if real_missing or unexpected:

@@ -230,14 +230,24 @@ def load_tokenizer(path: str, padding_side: str = "left"):
     return tokenizer
 
 
-def attention_implementation(use_flash_attention: bool) -> str:
-    """PaddleNLP's `use_flash_attention` → "flash_attention_2" when flash-attn is importable, else "sdpa"."""
+def attention_implementation(use_flash_attention: bool, compute_dtype: torch.dtype | None) -> str:
+    """PaddleNLP's `use_flash_attention` → "flash_attention_2" when flash-attn is importable on CUDA and the forwards
+    compute in a half precision (`compute_dtype` from `dtype_for`: bf16 or fp16), else "sdpa" with a note.
+
+    FlashAttention has no float32 kernels ("FlashAttention only supports fp16 and bf16" at the first forward), so
+    a float32 run (neither bf16 nor fp16, or bf16 on a CPU without bf16 instructions) uses SDPA.
+    """
     if not use_flash_attention:
         return "sdpa"
-    if importlib.util.find_spec("flash_attn") is not None and torch.cuda.is_available():
-        return "flash_attention_2"
-    log.info("use_flash_attention: flash-attn is not usable here (needs CUDA and the flash-attn package); using SDPA")
-    return "sdpa"
+    if importlib.util.find_spec("flash_attn") is None or not torch.cuda.is_available():
+        log.info("use_flash_attention: flash-attn is not usable here (needs CUDA and the flash-attn package); "
+                 "using SDPA")
+        return "sdpa"
+    if compute_dtype not in (torch.bfloat16, torch.float16):
+        log.info("use_flash_attention: FlashAttention computes only in bf16/fp16, and this run computes in %s "
+                 "(set bf16: true to use it); using SDPA", compute_dtype)
+        return "sdpa"
+    return "flash_attention_2"
 
 
 def dtype_for(bf16: bool, fp16: bool, device) -> tuple[torch.dtype, torch.dtype]:
@@ -303,18 +313,46 @@ def autocast_context(compute_dtype: torch.dtype | None, device):
 
 
 def from_pretrained(auto_class: str, path: str, dtype, device, attn_implementation: str | None,
-                    gradient_checkpointing: bool):
+                    gradient_checkpointing: bool, zero3_config: dict | None = None):
     """`transformers.<auto_class>.from_pretrained(path)` in `dtype` on `device`, with the attention
-    implementation (when given) and gradient checkpointing (PaddleNLP's `recompute`)."""
+    implementation (when given) and gradient checkpointing (PaddleNLP's `recompute`).
+
+    With `zero3_config` (the DeepSpeed config of the engine the model goes into, ZeRO stage 3) the model is built
+    partitioned (`zero3_loading`): no rank ever holds the full weights on its device.
+    """
     import transformers
 
     kwargs = {"dtype": dtype}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = getattr(transformers, auto_class).from_pretrained(path, **kwargs).to(device)
+    with zero3_loading(zero3_config):
+        model = getattr(transformers, auto_class).from_pretrained(path, **kwargs)
+    if zero3_config is None:
+        model = model.to(device)  # partitioned weights are already on this rank's device
     if gradient_checkpointing:
         enable_recompute(model)
     return model
+
+
+@contextlib.contextmanager
+def zero3_loading(ds_config: dict | None):
+    """Inside: transformers builds models under `deepspeed.zero.Init` (each parameter partitioned over the ranks as
+    it is created, on this rank's device) and loads a checkpoint into the shards module by module; a no-op for
+    None. Without it every rank would first hold the full model (float32: 4 bytes x parameters, 28 GB for 7B, 128 GB
+    for 32B) on its GPU before DeepSpeed partitions it. Models loaded after the block (the frozen reference, which
+    has no engine to gather its weights) are ordinary."""
+    if ds_config is None or ds_config.get("zero_optimization", {}).get("stage") != 3:
+        yield
+        return
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    holder = HfDeepSpeedConfig(ds_config)  # transformers keeps only a weak reference: hold it for the block
+    try:
+        yield
+    finally:
+        unset_hf_deepspeed_config()
+        del holder
 
 
 def load_causal_lm(
@@ -324,13 +362,16 @@ def load_causal_lm(
     gradient_checkpointing: bool = False,
     attn_implementation: str | None = None,
     lora: LoraSpec | None = None,
+    zero3_config: dict | None = None,
 ):
     """Load a causal LM from a local HF folder (see `resolve_model_path`), optionally with LoRA.
 
     `gradient_checkpointing` is PaddleNLP's `recompute` (non-reentrant checkpointing). With `lora`
-    the base weights are frozen and a peft model is returned (only adapters train).
+    the base weights are frozen and a peft model is returned (only adapters train). `zero3_config`: see
+    `from_pretrained` (partitioned loading for a ZeRO-3 engine).
     """
-    model = from_pretrained("AutoModelForCausalLM", path, dtype, device, attn_implementation, gradient_checkpointing)
+    model = from_pretrained("AutoModelForCausalLM", path, dtype, device, attn_implementation, gradient_checkpointing,
+                            zero3_config)
     if lora is not None:
         model = apply_lora(model, lora, gradient_checkpointing)
     return model

@@ -81,14 +81,20 @@ def load_reference(
     """The reference policy for `actor_model`, which was loaded from `path`.
 
     Give the actor's `dtype` so the reference computes exactly as the actor (KL = 0 before the
-    first update). With `lora_used`, `actor_model` must be the unwrapped peft model and nothing is
-    loaded. Without a `path` (an in-memory actor) the reference is a frozen plain copy of the actor.
+    first update); its attention implementation is the actor's unless `attn_implementation` says otherwise
+    (flash-attention and SDPA differ in the last bits, which would show as a KL at step 0). With `lora_used`,
+    `actor_model` must be the unwrapped peft model and nothing is loaded. Without a `path` (an in-memory actor)
+    the reference is a frozen plain copy of the actor.
     """
     if lora_used:
         return AdapterDisabledReference(actor_model)
-    if path is None:
-        from ppokit.models.weights import plain_copy
+    from ppokit.models.weights import plain_copy, plain_model
 
-        return freeze(plain_copy(actor_model, dtype))
+    attn_implementation = attn_implementation or getattr(plain_model(actor_model).config, "_attn_implementation", None)
+    if path is None:
+        copy = plain_copy(actor_model, dtype)
+        if attn_implementation and attn_implementation != copy.config._attn_implementation:
+            copy.set_attn_implementation(attn_implementation)
+        return freeze(copy)
     model = load_causal_lm(path, dtype=dtype, device=device, attn_implementation=attn_implementation)
     return freeze(model)

@@ -47,9 +47,11 @@ def load_value_model(
     gradient_checkpointing: bool = False,
     attn_implementation: str | None = None,
     backbone: nn.Module | None = None,
+    zero3_config: dict | None = None,
 ) -> ValueModel:
     """A critic whose backbone comes from the causal-LM (or reward-model) folder `path`, or — with
-    `path=None` — a copy of the causal LM module `backbone` (e.g. the actor; LoRA merged)."""
+    `path=None` — a copy of the causal LM module `backbone` (e.g. the actor; LoRA merged). `zero3_config`: the
+    critic engine's ZeRO-3 config, to load the backbone partitioned (`loading.from_pretrained`)."""
     if path is None:
         if backbone is None:
             raise ValueError("load_value_model needs a model folder (path) or a causal LM to copy (backbone).")
@@ -61,7 +63,8 @@ def load_value_model(
         if gradient_checkpointing:
             enable_recompute(base)
     else:
-        base = from_pretrained("AutoModel", path, dtype, device, attn_implementation, gradient_checkpointing)
+        base = from_pretrained("AutoModel", path, dtype, device, attn_implementation, gradient_checkpointing,
+                               zero3_config)  # ZeRO-3: partitioned as it loads
     hidden = base.config.get_text_config().hidden_size
     head = nn.Linear(hidden, 1, dtype=dtype, device=device)
     state = _saved_head(path, hidden) if path is not None else None
@@ -80,17 +83,15 @@ def save_value_model(model: ValueModel, out_dir: str | os.PathLike) -> None:
     """
     from safetensors.torch import save_file
 
-    from ppokit.models.weights import gathered
+    from ppokit.models.folders import hf_state_dict
 
     out_dir = Path(out_dir)
-    with gathered(model):
-        if _rank() != 0:
-            return
-        out_dir.mkdir(parents=True, exist_ok=True)
-        backbone = {k: v.detach().cpu().clone() for k, v in model.backbone.state_dict().items()}
-        model.backbone.save_pretrained(out_dir, state_dict=backbone)
-        state = {k: v.detach().cpu().contiguous() for k, v in model.value_head.state_dict().items()}
-        save_file(state, str(out_dir / HEAD_FILE))
+    backbone, head = hf_state_dict(model.backbone), hf_state_dict(model.value_head)  # ZeRO-3: module by module
+    if _rank() != 0:
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.backbone.save_pretrained(out_dir, state_dict=backbone)
+    save_file(head, str(out_dir / HEAD_FILE))
 
 
 def _rank() -> int:

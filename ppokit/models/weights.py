@@ -125,13 +125,15 @@ def plain_copy(model, dtype: torch.dtype, auto_class: str = "AutoModelForCausalL
     `auto_class` "AutoModel" with `prefix` "model." builds the base model (no LM head) from a
     causal LM, e.g. as a critic backbone.
     """
+    import copy as copying
+
     import transformers
 
     source = plain_model(model)
     device = next(source.parameters()).device
     builder = getattr(transformers, auto_class)
-    with torch.device(device):
-        copy = builder.from_config(source.config, dtype=dtype)
+    with torch.device(device):  # its own config: changing the copy's (e.g. its attention) leaves the source's alone
+        copy = builder.from_config(copying.deepcopy(source.config), dtype=dtype)
     load_hf_state(copy, model, prefix=prefix)
     if hasattr(source, "generation_config") and hasattr(copy, "generation_config"):
         copy.generation_config = source.generation_config

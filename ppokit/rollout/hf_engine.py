@@ -105,7 +105,8 @@ class HFRolloutEngine:
                 do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
                 top_p=sampling.top_p, min_new_tokens=sampling.min_new_tokens, return_logprobs=True,
             )  # the log-probs cost one log-softmax per step; kept only when asked for
-            return tokens.cpu(), logprobs.cpu() if self.return_logprobs else torch.zeros(tokens.shape)
+            tokens = tokens.cpu()
+            return tokens, logprobs.cpu() if self.return_logprobs else torch.zeros(tokens.shape, device=tokens.device)
         device = _device(model)
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
@@ -119,7 +120,7 @@ class HFRolloutEngine:
             logits_processor=[recorder] if self.return_logprobs else None,
         )
         new_tokens = out[:, width:].cpu()
-        logprobs = recorder.finish(new_tokens) if self.return_logprobs else torch.zeros(new_tokens.shape)
+        logprobs = recorder.finish(new_tokens) if self.return_logprobs else torch.zeros(new_tokens.shape, device=new_tokens.device)
         if sampling.do_sample:
             return new_tokens, logprobs
         # Greedy decoding gives every sample the same answer; transformers refuses n > 1 for it.

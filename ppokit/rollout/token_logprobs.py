@@ -37,5 +37,5 @@ class SampledTokenLogprobs:
             self._columns.append(self._last.gather(1, new_tokens[:, step : step + 1].to(self._last.device)).squeeze(1))
             self._last = None
         if not self._columns:
-            return torch.zeros(new_tokens.shape, dtype=torch.float32)
+            return torch.zeros(new_tokens.shape, dtype=torch.float32, device=new_tokens.device)
         return torch.stack(self._columns, 1).cpu()[:, : new_tokens.shape[1]]

@@ -111,6 +111,6 @@ def actor_update(policy, batch: RolloutBatch, cfg: LossConfig, plan, extra_loss=
         return actor_loss(engine, part, cfg, denoms, policy.compute_dtype, policy.device,
                           extra_loss if first else None, current.get("tokens"))
 
-    out = minibatch_update(engine, batch, plan, loss_fn, prefix="actor")
+    out = minibatch_update(engine, batch, plan, loss_fn, prefix="actor", device=policy.device)
     out["actor/lr"] = current_lr(engine)
     return out

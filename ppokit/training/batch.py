@@ -68,7 +68,7 @@ class RolloutBatch:
 
     def select(self, index: torch.Tensor | list[int]) -> RolloutBatch:
         """A new batch with the sequences at `index` (tensors indexed on dim 0, lists picked)."""
-        idx = torch.as_tensor(index, dtype=torch.long)
+        idx = torch.as_tensor(index, dtype=torch.long, device=self.response_mask.device)
         picked = {}
         for f in fields(self):
             value = getattr(self, f.name)

@@ -92,7 +92,7 @@ class Actor:
     lora_used: bool
 
 
-def load_actor(args, dist, model=None, tokenizer=None) -> Actor:
+def load_actor(args, dist, plan, model=None, tokenizer=None) -> Actor:
     """Tokenizer (with the run's chat template) and the trainable model on its device; no optimizer yet."""
     from ppokit.models import (
         LoraSpec,
@@ -111,8 +111,11 @@ def load_actor(args, dist, model=None, tokenizer=None) -> Actor:
         with stage(f"loading {args.actor_model_name_or_path}"), quiet_hf_progress():
             path = resolve_model_path(args.actor_model_name_or_path)
             tokenizer = tokenizer or load_tokenizer(path)
+            from ppokit.training.engine_setup import zero3_config  # ZeRO-3: loaded partitioned
+
             model = load_causal_lm(path, dtype=param_dtype, device=device, gradient_checkpointing=args.recompute,
-                                   attn_implementation=attention_implementation(args.use_flash_attention), lora=lora)
+                                   attn_implementation=attention_implementation(args.use_flash_attention, compute_dtype),
+                                   lora=lora, zero3_config=zero3_config(args, plan, device))
     elif lora is not None:
         from ppokit.models import apply_lora
 
@@ -248,7 +251,7 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     for note in plan.notes:  # e.g. the micro-batch capped at what a rank has
         logger.info(note)
     seed_everything(args.seed)
-    actor = load_actor(args, dist, model=model, tokenizer=tokenizer)
+    actor = load_actor(args, dist, plan, model=model, tokenizer=tokenizer)
     with stage("reading the prompts"):
         train, evals, loader = build_data(args, actor.tokenizer, plan)
     run = run_plan(args, plan, len(loader))

@@ -18,7 +18,7 @@ from ppokit.algos.reduce import reduce_loss
 from ppokit.algos.value_loss import VALUE_LOSSES
 from ppokit.engine import current_lr
 from ppokit.training.batch import RolloutBatch
-from ppokit.training.engine_setup import option, train_engine
+from ppokit.training.engine_setup import option, train_engine, zero3_config
 from ppokit.training.forward import batched_values, value_forward
 from ppokit.training.update import LossConfig, minibatch_update
 
@@ -99,7 +99,8 @@ def build_critic(args, dist, run, policy) -> Critic:
         if source != policy.model_path:
             check_same_vocabulary(source, policy.tokenizer)
         model = load_value_model(source, dtype=param_dtype, device=policy.device, gradient_checkpointing=recompute,
-                                 attn_implementation=attention_implementation(args.use_flash_attention))
+                                 attn_implementation=attention_implementation(args.use_flash_attention, compute_dtype),
+                                 zero3_config=zero3_config(args, run.batch, policy.device, critic=True))
     from ppokit.training.model_setup import configure_model
 
     configure_model(args, model.backbone, recompute)
@@ -131,7 +132,7 @@ def critic_update(critic: Critic, batch: RolloutBatch, cfg: LossConfig, plan) ->
     if batch.values is None or batch.returns is None:
         raise ValueError("The critic update needs batch.values and batch.returns: run compute_advantages(batch) first.")
     out = minibatch_update(critic.engine, batch, plan, lambda part, denoms, first: critic_loss(critic, part, cfg, denoms),
-                           prefix="critic", hint="check the rewards (clip_range_score, normalize_reward) and "
+                           prefix="critic", device=critic.device, hint="check the rewards (clip_range_score, normalize_reward) and "
                            "critic_learning_rate")
     out["critic/values_mean"] = float(masked_mean(batch.values, batch.response_mask))
     out["critic/returns_mean"] = float(masked_mean(batch.returns, batch.response_mask))

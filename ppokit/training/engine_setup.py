@@ -50,13 +50,22 @@ def zero_options(args) -> dict:
 def train_engine(model, args, run, device, *, critic: bool = False):
     """`model` in a DeepSpeed engine with the actor's (or the critic's) optimizer, ZeRO stage and the LR schedule
     of the run plan `run` (`ppokit.args.RunPlan`)."""
-    plan = run.batch
-    ds = deepspeed_config(
+    schedule = run.critic_schedule if critic else run.actor_schedule
+    return build_engine(model, engine_config(args, run.batch, device, critic=critic), schedule.spec())
+
+
+def zero3_config(args, plan, device, *, critic: bool = False) -> dict | None:
+    """The engine's DeepSpeed config under ZeRO stage 3 (to load the model partitioned: `models.zero3_loading`),
+    else None."""
+    return engine_config(args, plan, device, critic=critic) if zero_options(args)["zero_stage"] == 3 else None
+
+
+def engine_config(args, plan, device, *, critic: bool = False) -> dict:
+    """The DeepSpeed config of the actor's (or the critic's) engine."""
+    return deepspeed_config(
         **zero_options(args),  # sharding stage; offload_level / offload_optim / "stageN offload"
         micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
         world_size=plan.world_size, lr=option(args, "learning_rate", critic), betas=(args.adam_beta1, args.adam_beta2),
         eps=args.adam_epsilon, weight_decay=option(args, "weight_decay", critic), max_grad_norm=args.max_grad_norm,
         bf16=args.bf16, fp16=args.fp16, device=device,
     )
-    schedule = run.critic_schedule if critic else run.actor_schedule
-    return build_engine(model, ds, schedule.spec())

@@ -12,6 +12,7 @@ import torch
 from ppokit.algos.logprobs import entropy_from_logits, token_logprobs, token_logprobs_and_entropy
 from ppokit.models.loading import autocast_context
 from ppokit.training.batch import RolloutBatch
+from ppokit.training.device import to_model_device
 from ppokit.training.packing import can_pack, pack_by_prompt
 
 
@@ -89,17 +90,18 @@ def policy_forward(model, batch: RolloutBatch, chunk_size: int, entropy: str, co
 
 
 @torch.no_grad()
-def per_micro_batch(model, batch: RolloutBatch, micro_batch_size: int, forward) -> torch.Tensor:
-    """(B, R) token values `forward(part)` computed in eval mode, micro-batch by micro-batch, without grad."""
+def per_micro_batch(model, batch: RolloutBatch, micro_batch_size: int, forward, device) -> torch.Tensor:
+    """(B, R) token values `forward(part)` computed in eval mode, micro-batch by micro-batch, without grad; each
+    micro-batch moved to the model's `device`, the values back to the batch's."""
     was_training = model.training
     model.eval()
     out = torch.zeros_like(batch.response_mask)
     try:
         for start in range(0, len(batch), micro_batch_size):
             idx = list(range(start, min(start + micro_batch_size, len(batch))))
-            part = batch.select(idx).trimmed()
+            part = to_model_device(batch.select(idx).trimmed(), device)
             values = forward(part)
-            out[start : start + len(idx), : values.shape[1]] = values.float() * part.response_mask
+            out[start : start + len(idx), : values.shape[1]] = (values.float() * part.response_mask).to(out.device)
     finally:
         model.train(was_training)
     return out
@@ -109,13 +111,13 @@ def batched_logprobs(model, batch: RolloutBatch, micro_batch_size: int, chunk_si
                      temperature: float = 1.0):
     """(B, R) log-probs of the responses under `model`, computed in micro-batches without grad."""
     return per_micro_batch(model, batch, micro_batch_size, lambda part: policy_forward(
-        model, part, chunk_size, "none", compute_dtype, device, temperature)[0])
+        model, part, chunk_size, "none", compute_dtype, device, temperature)[0], device)
 
 
 def batched_values(value_model, batch: RolloutBatch, micro_batch_size: int, compute_dtype, device):
     """(B, R) critic values at the positions that predict each response token, without grad."""
     return per_micro_batch(value_model, batch, micro_batch_size,
-                           lambda part: value_forward(value_model, part, compute_dtype, device))
+                           lambda part: value_forward(value_model, part, compute_dtype, device), device)
 
 
 def value_forward(value_model, batch: RolloutBatch, compute_dtype, device) -> torch.Tensor:

@@ -142,10 +142,10 @@ def block_mask(owner: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
     prompt token): a prompt token attends its prompt up to itself; a response token its whole prompt and
     its own response up to itself; padding only itself (so no query row is empty)."""
     L = owner.shape[1]
-    col = torch.arange(L)
+    col = torch.arange(L, device=owner.device)
     causal = (col[:, None] >= col[None, :])[None]  # (1, query, key)
     same_group = (owner[:, :, None] == owner[:, None, :]) & (owner >= 0)[:, :, None]
     visible = (response == -1)[:, None, :] | (response[:, :, None] == response[:, None, :])
     mask = causal & same_group & visible
-    mask |= torch.eye(L, dtype=torch.bool)[None]
+    mask |= torch.eye(L, dtype=torch.bool, device=owner.device)[None]
     return mask[:, None]

@@ -135,21 +135,15 @@ def with_logprobs(state, args, batch: RolloutBatch) -> RolloutBatch:
 def score(state, args, batch: RolloutBatch) -> RolloutBatch:
     """The batch with scores (B,): combined rewards, DAPO overlong shaping, clipping, normalisation.
 
-    Groups whose reward the reward server could not give are dropped (counted in reward/skipped_groups).
+    Groups whose reward the reward server could not give are dropped (counted in reward/skipped_groups), and
+    ranks are kept at one batch size (`drop_failed_groups`).
     """
     started = time.perf_counter()
     total, per_fn = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts, batch.records)
-    if torch.isnan(total).any():
-        keep, n_skipped = skipped_groups(total, args.rollout_n)
-        state.skipped_groups += n_skipped
-        per_fn = {k: v[keep] for k, v in per_fn.items()}
-        total = total[keep]
-        batch = batch.select(keep.nonzero().squeeze(1))
-        if len(batch) == 0:
-            raise RewardServerError(
-                f"reward_on_error is skip_group and every one of the {n_skipped} prompt groups of this step failed "
-                "to get a reward, so there is nothing to train on; check that the reward server is up and "
-                "answering (see its log), or set reward_on_error: raise to see the first failure")
+    balanced = 0
+    # a collective under skip_group, which every rank takes (NaN rewards come only from skip_group's reward sources)
+    if args.reward_on_error == "skip_group" or torch.isnan(total).any():
+        batch, total, per_fn, balanced = drop_failed_groups(state, args, batch, total, per_fn)
     if args.enable_overlong_reward_buffer:
         penalty = overlong_penalty(batch.response_lengths, args.max_dec_len, args.overlong_reward_buffer,
                                    args.overlong_penalty_factor)
@@ -160,8 +154,40 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
         total = state.reward_normalizer(total)  # PaddleNLP normalises first, then clips
     total = total.clamp(-args.clip_range_score, args.clip_range_score)
     stats["reward/skipped_groups"] = float(state.skipped_groups)
+    if balanced:
+        stats["reward/groups_dropped_to_balance_ranks"] = float(balanced)
     stats["timing/reward_s"] = time.perf_counter() - started
     return replace(batch, scores=total, reward_terms=per_fn, stats=stats)
+
+
+def drop_failed_groups(state, args, batch: RolloutBatch, total: torch.Tensor, per_fn: dict):
+    """(batch, total, per_fn, groups dropped for balance) without the groups holding a NaN reward, then cut to as
+    many groups as the rank that kept fewest (a collective).
+
+    Ranks must train on batches of one size: a rank with fewer sequences runs fewer micro-batches, so its
+    all-reduces and ZeRO-3 gathers stop matching the others' and NCCL hangs until its timeout. Whole valid groups
+    are dropped from the end of the longer ranks' batches, rather than kept as masked placeholders: the step is
+    then exactly a smaller step, with nothing in any denominator, reward statistic or normaliser that was not
+    scored. When every group of some rank failed, every rank raises the same error (none waits for it).
+    """
+    keep = torch.ones_like(total, dtype=torch.bool)
+    n_skipped = 0
+    if torch.isnan(total).any():
+        keep, n_skipped = skipped_groups(total, args.rollout_n)
+        state.skipped_groups += n_skipped
+    groups = int(keep.sum()) // args.rollout_n
+    target = all_ranks_min(groups)
+    if target == 0:
+        whose = (f"every one of the {n_skipped} prompt groups of this step" if groups == 0 else
+                 "every prompt group of another rank")
+        raise RewardServerError(
+            f"reward_on_error is skip_group and {whose} failed to get a reward, so there is nothing to train on; "
+            "check that the reward server is up and answering (see its log), or set reward_on_error: raise to see "
+            "the first failure")
+    index = keep.nonzero().squeeze(1)[: target * args.rollout_n]
+    if len(index) == len(total):
+        return batch, total, per_fn, 0
+    return batch.select(index), total[index], {k: v[index] for k, v in per_fn.items()}, groups - target
 
 
 def advantages(state, args, batch: RolloutBatch) -> RolloutBatch:

@@ -13,6 +13,7 @@ import torch
 from ppokit.algos.logprobs import token_logprobs
 from ppokit.engine import world_size
 from ppokit.models.loading import autocast_context
+from ppokit.training.device import to_model_device
 from ppokit.training.forward import position_ids
 
 
@@ -43,7 +44,7 @@ def ptx_tensors(records: list[dict], tokenizer, max_length: int | None = None):
 def ptx_nll(module, records, tokenizer, chunk_size, compute_dtype, device, max_length=None) -> torch.Tensor:
     """Mean token NLL of the records' targets given their prompts (differentiable, a 0-d tensor)."""
     ids, att, tmask = ptx_tensors(records, tokenizer, max_length)
-    ids, att, tmask = ids.to(device), att.to(device), tmask.to(device)
+    ids, att, tmask = to_model_device((ids, att, tmask), device)
     with autocast_context(compute_dtype, device):
         logits = module(input_ids=ids, attention_mask=att, position_ids=position_ids(att), use_cache=False).logits
     logp = token_logprobs(logits[:, :-1], ids[:, 1:], chunk_size=chunk_size)

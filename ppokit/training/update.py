@@ -21,6 +21,7 @@ import torch
 from ppokit.algos.reduce import global_denominators
 from ppokit.engine import all_reduce_sum, backward_and_step
 from ppokit.training.batch import RolloutBatch
+from ppokit.training.device import to_model_device
 from ppokit.training.metric_table import reduction
 
 
@@ -82,7 +83,7 @@ def length_sorted_chunks(attention_mask: torch.Tensor, size: int, group_ids: tor
     order = torch.argsort(lengths, stable=True)
     if group_ids is not None:
         _, group = torch.unique(group_ids, return_inverse=True)
-        longest = torch.zeros(int(group.max()) + 1, dtype=lengths.dtype).scatter_reduce(0, group, lengths, "amax")
+        longest = torch.zeros(int(group.max()) + 1, dtype=lengths.dtype, device=lengths.device).scatter_reduce(0, group, lengths, "amax")
         for key in (group, longest[group]):  # successive stable sorts: by longest row, then group, then length
             order = order[torch.argsort(key[order], stable=True)]
     order = order.tolist()
@@ -100,9 +101,11 @@ def minibatch_denominators(mask: torch.Tensor) -> tuple[float, float]:
 LossFn = Callable[[RolloutBatch, tuple[float, float], bool], tuple[torch.Tensor, dict[str, float]]]
 
 
-def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, prefix: str,
+def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, prefix: str, device,
                      hint: str = "") -> dict[str, float]:
     """`plan.update_iters` passes of optimizer steps of `engine` on `batch`; the averaged metrics.
+
+    Each micro-batch reaches `loss_fn` on the model's `device` (moved once, here).
 
     Metrics combine as `metric_table` says: shares summed per optimizer step, others averaged (or their
     max/min taken) over micro-batches; then averaged over steps; `<prefix>/grad_norm` is the mean pre-clip norm.
@@ -120,7 +123,7 @@ def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, pref
             for k, idx in enumerate(micro):
                 # Forward through the engine, not engine.module: ZeRO-3 counts micro-steps in the engine's
                 # forward and would otherwise overwrite, not accumulate, the micro-batches' gradients.
-                loss, metrics = loss_fn(mini.select(idx).trimmed(), denoms, k == 0)
+                loss, metrics = loss_fn(to_model_device(mini.select(idx).trimmed(), device), denoms, k == 0)
                 norm = backward_and_step(engine, loss, last=k == len(micro) - 1, hint=hint)
                 accumulate(sums, counts, metrics)
             norms.append(norm)

@@ -32,3 +32,31 @@ def test_launcher_env_is_kept(monkeypatch):
     distributed._single_process_env_defaults()
 
     assert (os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["MASTER_PORT"]) == ("3", "1", "29500")
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1"}, 1),
+    ({"RANK": "9", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}, 1),  # second node of 8-GPU machines
+    ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}, 3),
+    ({}, 0),
+    ({"RANK": "0", "WORLD_SIZE": "1"}, 0),
+])
+def test_local_rank_comes_from_local_rank_or_local_world_size(env, expected):
+    assert distributed.local_rank_from_env(env) == expected
+
+
+def test_local_rank_never_falls_back_to_rank(monkeypatch):
+    """RANK 9 on a second node is GPU 1 there, not GPU 9 (issue #30, fault 8): without LOCAL_RANK or
+    LOCAL_WORLD_SIZE a multi-process start is refused with a sentence."""
+    with pytest.raises(distributed.LaunchError, match="LOCAL_RANK nor LOCAL_WORLD_SIZE"):
+        distributed.local_rank_from_env({"RANK": "9", "WORLD_SIZE": "16"})
+    for key, value in {"RANK": "9", "WORLD_SIZE": "16", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    distributed._single_process_env_defaults()
+    assert os.environ["LOCAL_RANK"] == "1"
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    with pytest.raises(distributed.LaunchError):
+        distributed._single_process_env_defaults()

@@ -148,8 +148,22 @@ def test_gguf_cache_root_defaults_to_home(monkeypatch):
 
 def test_flash_attention_falls_back_to_sdpa_without_flash_attn(monkeypatch):
     monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name: None)
-    assert loading.attention_implementation(True) == "sdpa"
-    assert loading.attention_implementation(False) == "sdpa"
+    assert loading.attention_implementation(True, torch.bfloat16) == "sdpa"
+    assert loading.attention_implementation(False, torch.bfloat16) == "sdpa"
+
+
+def test_flash_attention_only_with_a_half_precision(monkeypatch, caplog):
+    """With flash-attn and CUDA present (pretended here), FA2 is chosen for bf16/fp16 forwards only: it has no
+    float32 kernels and would fail at the first forward."""
+    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(loading.torch.cuda, "is_available", lambda: True)
+    assert loading.attention_implementation(True, torch.bfloat16) == "flash_attention_2"
+    assert loading.attention_implementation(True, torch.float16) == "flash_attention_2"
+    with caplog.at_level("INFO", logger="ppokit"):
+        assert loading.attention_implementation(True, torch.float32) == "sdpa"
+        assert loading.attention_implementation(True, None) == "sdpa"
+    assert "bf16/fp16" in caplog.text and "set bf16: true" in caplog.text
+    assert loading.attention_implementation(False, torch.bfloat16) == "sdpa"
 
 
 def test_bf16_falls_back_to_float32_on_a_cpu_without_bf16_instructions(monkeypatch):

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from ppokit.models import LoraSpec, hf_state, load_causal_lm, load_reference, plain_copy
@@ -72,3 +73,16 @@ def test_merged_lora_state_equals_peft_merge(tiny_model_dir):
     for name, tensor in merged.items():
         torch.testing.assert_close(ours[name], tensor)
         torch.testing.assert_close(copy.state_dict()[name], tensor)
+
+
+@pytest.mark.parametrize("from_folder", [True, False], ids=["folder", "in-memory"])
+def test_reference_uses_the_actors_attention_implementation(tiny_model_dir, from_folder):
+    """The reference computes as the actor does, attention kernel included (issue #30, fault 5): an actor loaded with
+    eager attention gets an eager reference, not the SDPA default."""
+    actor = load_causal_lm(tiny_model_dir, attn_implementation="eager").eval()
+    reference = load_reference(actor, tiny_model_dir if from_folder else None)
+    assert reference.config._attn_implementation == "eager"
+    assert load_reference(actor, None, attn_implementation="sdpa").config._attn_implementation == "sdpa"
+    inputs = _inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(reference(**inputs).logits, actor(**inputs).logits)

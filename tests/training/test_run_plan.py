@@ -146,3 +146,30 @@ def test_2024_epoch_file_trains_with_a_nonzero_learning_rate(tiny_model_path, tm
     lrs = [s.step()["actor/lr"] for _ in range(4)]
     assert all(lr > 0 for lr in lrs) and lrs == sorted(lrs, reverse=True)  # past warmup: cosine going down
     s.close()
+
+
+def test_rollout_engine_is_built_before_the_reference_and_the_optimizer(tiny_model_path, prompts_file, tmp_path,
+                                                                      monkeypatch):
+    """vLLM sizes its memory from what is free when it starts (issue 30 #3): it comes before the reference model
+    and the optimizer state; the run plan (data read) comes before the optimizer's schedule (issue 23)."""
+    import ppokit.models
+    import ppokit.training.build as build
+
+    calls = []
+
+    def spy(name, fn):
+        def wrapped(*a, **k):
+            calls.append(name)
+            return fn(*a, **k)
+        return wrapped
+
+    monkeypatch.setattr(build, "build_rollout_engine", spy("rollout_engine", build.build_rollout_engine))
+    monkeypatch.setattr(build, "run_plan", spy("run_plan", build.run_plan))
+    monkeypatch.setattr(build, "train_engine", spy("train_engine", build.train_engine))
+    monkeypatch.setattr(ppokit.models, "load_reference", spy("reference", ppokit.models.load_reference))
+    from session_helpers import tiny_overrides
+
+    s = Session(load_arguments(overrides=tiny_overrides(tiny_model_path, prompts_file, tmp_path, kl_loss_coeff=0.1)),
+                reward_functions=[letter_a])
+    assert calls == ["run_plan", "rollout_engine", "reference", "train_engine"]
+    s.close()
