@@ -13,8 +13,19 @@ May import: visualdl/tensorboard/wandb (optional); no other ppokit room.
 from ppokit.tracking.backends import resolve_report_to
 from ppokit.tracking.jsonl import JsonlContents, read_jsonl
 from ppokit.tracking.progress import ConsoleProgress, format_summary
-from ppokit.tracking.report import ReportError, build_report
 from ppokit.tracking.tracker import Tracker, render_samples_markdown
+
+# The report is imported when asked for: `python -m ppokit.tracking.report` then runs it once, as __main__,
+# instead of finding it imported already by this package (runpy's "found in sys.modules" RuntimeWarning).
+_REPORT_NAMES = ("ReportError", "build_report")
+
+
+def __getattr__(name: str):
+    if name in _REPORT_NAMES:
+        from ppokit.tracking import report
+
+        return getattr(report, name)
+    raise AttributeError(f"module 'ppokit.tracking' has no attribute {name!r}")
 
 
 def read_metrics(output_dir) -> list[dict]:

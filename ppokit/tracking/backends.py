@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Protocol
@@ -183,3 +184,26 @@ def dump_args(hparams: dict) -> str:
     from ppokit.tracking.jsonl import to_jsonable
 
     return json.dumps(to_jsonable(hparams), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+ARGS_INFO = "args_info.json"
+_NO_EFFECT = re.compile(r"no effect (here|in ppokit)|informational only", re.I)
+
+
+def args_info(model) -> dict:
+    """{"defaults": {key: default}, "no_effect": [keys]} of a pydantic arguments model ({} for a dict):
+    what the report needs to put the changed keys first and leave out the ones that do nothing here."""
+    from ppokit.tracking.jsonl import to_jsonable
+
+    fields = getattr(type(model), "model_fields", None)
+    if not fields:
+        return {}
+    defaults, no_effect = {}, []
+    for key, field in fields.items():
+        try:
+            defaults[key] = to_jsonable(field.get_default(call_default_factory=True))
+        except Exception:  # a default that needs other fields (a validated factory): compare nothing
+            continue
+        if _NO_EFFECT.search(field.description or ""):
+            no_effect.append(key)
+    return {"defaults": defaults, "no_effect": no_effect}

@@ -154,7 +154,7 @@ def _rss_bytes() -> int | None:
 # ---------------------------------------------------------------------------- the end of a run
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds} s"
@@ -212,7 +212,7 @@ def timing_line(history: list[dict], wall_s: float) -> str:
     """"done: 30 steps in 2 min 55 s, 4.1 s per training step (median)": the wall time of the whole train()
     (set-up, evaluations and saves included) and the median of the steps' own timing/step_s."""
     steps = [h["step"] for h in history if "step" in h]
-    text = f"done: {len(steps)} steps in {_duration(wall_s)}"
+    text = f"done: {len(steps)} steps in {duration(wall_s)}"
     per_step = [float(h["timing/step_s"]) for h in history if isinstance(h.get("timing/step_s"), (int, float))]
     if per_step:
         text += f", {_median(per_step):.1f} s per training step (median)"

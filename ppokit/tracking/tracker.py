@@ -4,6 +4,7 @@ Files in ``output_dir`` (always, whatever ``report_to`` says):
   metrics.jsonl   {"step", "time" (wall seconds of training, continued across resumes), metric: value}
   samples.jsonl   {"step", "prompt", "response", "reward", ...}
   args.json       the resolved arguments
+  args_info.json  their defaults, the keys that have no effect here, the run's plan (for the report)
   tracking_state.json   the run's start (UTC), its wall seconds when closed, and the VisualDL file it writes
                         (so a resume continues its curves and the report its clock)
 VisualDL records go to a folder of ``logging_dir`` named after the run (PaddleNLP's meaning of logging_dir:
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ppokit.tracking.backends import (
+    ARGS_INFO,
     Backend,
+    args_info,
     dump_args,
     hparams_for_backends,
     note,
@@ -146,22 +149,28 @@ class Tracker:
                 backend.flush()
 
     def log_hparams(
-        self, hparams: Any, metrics: tuple[str, ...] | list[str] = DEFAULT_HPARAM_METRICS
+        self, hparams: Any, metrics: tuple[str, ...] | list[str] = DEFAULT_HPARAM_METRICS, plan: Any = None
     ) -> None:
         """Write the resolved arguments to args.json and their scalar entries to the hparams panels.
 
-        ``hparams`` is a dict or a pydantic model; ``metrics`` names the scalars VisualDL's
-        hyper-parameter view compares runs by.
+        ``hparams`` is a dict or a pydantic model (then args_info.json also gets each key's default and the
+        keys that have no effect, so the report can show what was changed); ``plan`` (a dict or an object
+        with ``to_dict``: the run's batch/step plan) goes to args_info.json too. ``metrics`` names the
+        scalars VisualDL's hyper-parameter view compares runs by.
         """
         if not self.enabled:
             return
         self._check_open()
+        info = args_info(hparams)
+        if plan is not None:
+            info["plan"] = plan.to_dict() if hasattr(plan, "to_dict") else dict(plan)
         if hasattr(hparams, "model_dump"):
-            hparams = hparams.model_dump()
+            hparams = hparams.model_dump(mode="json")
         hparams = dict(hparams)
-        tmp = self.args_path.with_name(self.args_path.name + ".tmp")
-        tmp.write_text(dump_args(hparams), encoding="utf-8")
-        os.replace(tmp, self.args_path)
+        for path, text in ((self.args_path, dump_args(hparams)), (self.output_dir / ARGS_INFO, dump_args(info))):
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
         scalars = hparams_for_backends(hparams)
         for backend in self.backends:
             backend.hparams(scalars, list(metrics))
