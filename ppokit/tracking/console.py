@@ -20,6 +20,7 @@ from pathlib import Path
 
 logger = logging.getLogger("ppokit")
 PREFIX = "ppokit: "
+VISUALDL_TABS = ("scalar", "text", "hyper_parameters")  # the components ppokit writes, the charts first
 _quiet = False
 
 
@@ -238,8 +239,8 @@ def run_summary(history: list[dict], output_dir: str | Path, wall_s: float, *, l
         names = ", ".join(p.name for p in checkpoints)
         lines.append(f"checkpoints: {names} in {out}/ (--resume_from_checkpoint auto continues the newest)")
     nxt = []
-    if visualdl and logging_dir:
-        nxt.append(f"visualdl --logdir {logging_dir}")
+    if visualdl and logging_dir:  # VisualDL opens on the first listed tab; unlisted, the order is a set's
+        nxt.append(f"visualdl --logdir {logging_dir} --component_tabs {' '.join(VISUALDL_TABS)}")
     nxt.append(f"python -m ppokit.tracking.report {out}")
     if saved_model and (out / "config.json").exists():
         nxt.append(f"python -m ppokit.eval --model {out} --data {eval_data or 'TEST.jsonl'} --n 4")

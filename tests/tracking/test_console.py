@@ -76,7 +76,8 @@ def test_run_summary_names_the_steps_it_compares(tmp_path):
     assert lines[1] == "reward 0 (mean of steps 1–10) → 1 (steps 16–25)"  # hand-computed windows
     assert lines[2] == "eval accuracy 0.87 at step 10 → 1.00 at step 25"
     assert "checkpoint-10, checkpoint-20" in text and f"final model: {tmp_path}/" in text
-    assert lines[-3:] == ["    visualdl --logdir vdl_log", f"    python -m ppokit.tracking.report {tmp_path}",
+    assert lines[-3:] == ["    visualdl --logdir vdl_log --component_tabs scalar text hyper_parameters",
+                          f"    python -m ppokit.tracking.report {tmp_path}",
                           f"    python -m ppokit.eval --model {tmp_path} --data data/arithmetic/test.jsonl --n 4"]
 
 
