@@ -24,7 +24,8 @@ GROUP_ORDER = ("reward", "eval", "response_length", "actor", "critic", "kl", "ti
 TEXTS_PER_TAG = 10
 SAMPLES_SHOWN = 4
 REWARD_STATS = ("reward/mean", "reward/std", "reward/min", "reward/max", "reward/skipped_groups")
-_EVAL_ALIAS = re.compile(r"^eval/(.*?)(pass@\d+|maj@\d+|mean@\d+)$")
+_EVAL_ALIAS = re.compile(r"^eval/(.*?)(pass|maj|mean)@1$")
+NOT_FUNCTIONS = REWARD_STATS + ("reward/raw_mean",)
 
 
 def visualdl_tag(name: str) -> str:
@@ -43,12 +44,16 @@ def tag_rank(name: str) -> tuple[int, int]:
     return group, firsts.index(name) if name in firsts else len(firsts)
 
 
-def copy_of(name: str) -> str | None:
-    """The metric ``name`` may repeat: with one reward function, ``reward/<function>`` and ``reward/raw_mean``
-    equal ``reward/mean``; with one eval sample, ``eval/pass@1``, ``eval/maj@1`` and ``eval/mean@1`` equal
-    ``eval/accuracy``. Such a metric is written to VisualDL only once it differs (then with its whole history)."""
-    if name.startswith("reward/") and name not in REWARD_STATS:
+def copy_of(name: str, metrics: dict) -> str | None:
+    """The metric ``name`` may repeat in meaning: the one reward function's ``reward/<function>`` and
+    ``reward/raw_mean`` are ``reward/mean`` (unless shaping, normalising or clipping changes it);
+    ``eval/pass@1`` is ``eval/accuracy``, and with one sample per prompt so are ``eval/maj@1`` and ``mean@1``.
+    Such a metric is written to VisualDL only once its value differs (then with its whole history)."""
+    if name == "reward/raw_mean":
         return "reward/mean"
+    if name.startswith("reward/") and name not in NOT_FUNCTIONS:
+        functions = [k for k in metrics if k.startswith("reward/") and k not in NOT_FUNCTIONS]
+        return "reward/mean" if functions == [name] else None
     match = _EVAL_ALIAS.match(name)
     return f"eval/{match.group(1)}accuracy" if match else None
 
@@ -97,7 +102,7 @@ class VisualDLBackend:
             tag, value = visualdl_tag(name), metrics[name]
             if tag in skip:
                 continue
-            original = copy_of(name)
+            original = copy_of(name, metrics)
             if tag not in self._written and original in metrics and _same(value, metrics[original]):
                 self._held.setdefault(name, []).append((step, value))
                 continue

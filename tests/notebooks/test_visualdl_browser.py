@@ -12,14 +12,16 @@ import json
 import httpx
 import numpy as np
 import pytest
-from browser_helpers import CHROMIUM, SEARCH_TAGS, chromium_page, visualdl, wait_for
+from browser_helpers import CHROMIUM, chromium_page, visualdl, wait_for
+
+from ppokit.tracking.console import VISUALDL_TABS
 
 pytest.importorskip("visualdl", reason="VisualDL is not installed (pip install visualdl)")
 
 
 @pytest.fixture(scope="module")
 def board(tiny_run):
-    with visualdl(tiny_run.vdl) as url:
+    with visualdl(tiny_run.vdl, "--component_tabs", *VISUALDL_TABS) as url:  # the command the summary prints
         yield url
 
 
@@ -54,7 +56,8 @@ def curve_pixels(image, box) -> int:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium to screenshot VisualDL with (apt-get install chromium)")
-def test_the_reward_curve_is_drawn_in_a_browser(board, tmp_path):
+def test_the_first_screen_is_the_reward_curve(board, tmp_path):
+    """What a person sees on opening the page: the scalars, the reward group open, reward/mean drawn first."""
     pytest.importorskip("websocket", reason="the DevTools protocol client (websocket-client) is not installed")
     Image = pytest.importorskip("PIL.Image", reason="Pillow is not installed")
 
@@ -62,23 +65,21 @@ def test_the_reward_curve_is_drawn_in_a_browser(board, tmp_path):
     profile.mkdir()
     shot = tmp_path / "visualdl.png"
     with chromium_page(profile) as page:
-        page.call("Page.navigate", url=f"{board}/app/scalar")
+        page.call("Page.navigate", url=f"{board}/")
         wait_for(lambda: page.js("document.querySelectorAll('canvas').length"), "VisualDL's first charts")
-
-        def search():
-            typed = page.js(SEARCH_TAGS % json.dumps("^train/reward/mean$"))
-            return typed and page.js("document.body.innerText.includes('Search Result')")
-
-        wait_for(search, "the tag search to show reward/mean", every=1.0)
         box = wait_for(lambda: page.js(
             "(() => { const c = document.querySelector('canvas'); if (!c) return null;"
             " const r = c.getBoundingClientRect(); return r.width > 100 ? [r.x, r.y, r.width, r.height] : null })()"),
             "the chart canvas")
-        charts = page.js("document.querySelectorAll('canvas').length")
         # the chart fetches its points and animates them in: look until the line is there
         wait_for(lambda: curve_pixels(Image.open(page.screenshot(shot)).convert("RGB"), box) > 100,
                  "the reward/mean curve to be drawn", every=1.0)
-    assert charts == 1  # only the searched tag is shown
+        path = page.js("location.pathname")
+        text = page.js("document.body.innerText")
+    assert path.endswith("/scalar")  # the scalars tab, not samples or hyper-parameters
+    first_group, first_chart = text.index("1 reward\n"), text.index("1 reward/mean")
+    assert first_group < first_chart < text.index("1 reward/std")  # the open group is the reward's
+    assert "2 eval/" not in text  # the other groups are closed
     image = Image.open(shot).convert("RGB")
     assert image.width == 1400 and image.height > 600  # the viewport of a 1400x1000 window
     assert len(image.getcolors(1 << 24)) > 50  # a rendered page, not a blank or error screen

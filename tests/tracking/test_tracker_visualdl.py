@@ -116,7 +116,15 @@ def test_groups_sort_with_the_reward_first_and_copies_are_not_written(dirs):
     assert sorted(groups, key=str.upper) == ["1 reward", "2 eval", "4 actor", "5 critic", "6 kl", "7 timing",
                                             "memory"]  # VisualDL's order (it opens the first)
     assert [t for t in tags if t.startswith("1 reward")] == ["1 reward/mean", "1 reward/std"]  # no copies
-    assert sorted(t for t in tags if t.startswith("2 eval")) == ["2 eval/accuracy", "2 eval/pass@4"]
+    assert sorted(t for t in tags if t.startswith("2 eval")) == ["2 eval/accuracy", "2 eval/mean@4", "2 eval/pass@4"]
+
+
+def test_two_reward_functions_are_written_even_while_they_equal_the_mean(dirs):
+    out, vdl = dirs
+    with Tracker(out, logging_dir=vdl) as t:
+        t.log(1, {"reward/mean": 0.0, "reward/rule": 0.0, "reward/format": 0.0})
+    tags = vdl_tags(vdl_files(vdl)[0], "scalar")
+    assert sorted(tags) == ["1 reward/format", "1 reward/mean", "1 reward/rule"]
 
 
 def test_a_copy_that_starts_to_differ_is_written_with_its_whole_history(dirs):
