@@ -45,7 +45,18 @@ def test_visualdl_serves_the_reward_curve_eval_metrics_and_samples(board, tiny_r
     expected = [(r["step"], r["reward/mean"]) for r in logged if "reward/mean" in r]
     assert [(step, pytest.approx(value, abs=1e-6)) for _, step, value in points] == expected
     assert api(board, "text/tags")["tags"][0] == [f"samples/{i} · from step 1" for i in (1, 2, 3, 4)]
-    assert api(board, "components")[0] == "scalar"  # the first component VisualDL lists is what it opens on
+    # the page opens on the first tab the server lists; without --component_tabs that list is a set's order
+    assert api(board, "component_tabs") == ["scalar", "text", "hyper_parameters"]
+
+
+# the y of each group header (a leaf element whose text is the group's name) and of each chart canvas
+GROUPS_AND_CHARTS = """(() => {
+  const headers = [...document.querySelectorAll('*')].filter(e => e.children.length == 0
+    && /^(\\d [a-z_]+|[a-z_]+)$/.test(e.textContent.trim()) && e.getBoundingClientRect().x < 100)
+    .map(e => [e.textContent.trim(), e.getBoundingClientRect().y]).sort((a, b) => a[1] - b[1]);
+  const charts = [...document.querySelectorAll('canvas')].map(e => e.getBoundingClientRect().y);
+  return [headers, charts];
+})()"""
 
 
 def curve_pixels(image, box) -> int:
@@ -75,11 +86,11 @@ def test_the_first_screen_is_the_reward_curve(board, tmp_path):
         wait_for(lambda: curve_pixels(Image.open(page.screenshot(shot)).convert("RGB"), box) > 100,
                  "the reward/mean curve to be drawn", every=1.0)
         path = page.js("location.pathname")
-        text = page.js("document.body.innerText")
+        headers, charts = page.js(GROUPS_AND_CHARTS)
     assert path.endswith("/scalar")  # the scalars tab, not samples or hyper-parameters
-    first_group, first_chart = text.index("1 reward\n"), text.index("1 reward/mean")
-    assert first_group < first_chart < text.index("1 reward/std")  # the open group is the reward's
-    assert "2 eval/" not in text  # the other groups are closed
+    assert [name for name, _ in headers][:2] == ["1 reward", "2 eval"]  # the groups, the reward first
+    (_, reward_y), (_, eval_y) = headers[:2]
+    assert charts and all(reward_y < y < eval_y for y in charts)  # every chart drawn is in the reward group
     image = Image.open(shot).convert("RGB")
     assert image.width == 1400 and image.height > 600  # the viewport of a 1400x1000 window
     assert len(image.getcolors(1 << 24)) > 50  # a rendered page, not a blank or error screen
