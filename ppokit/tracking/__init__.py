@@ -5,7 +5,9 @@
         t.log(1, {"reward/mean": 0.4, "reward/std": 0.2, "actor/kl": 0.001})
         t.log_samples(1, [{"prompt": "...", "response": "...", "reward": 1.0}])
 
-Watch with ``visualdl --logdir vdl_log``; write a report with ``python -m ppokit.tracking.report output``.
+Watch with ``visualdl --logdir vdl_log --component_tabs scalar text hyper_parameters`` (each run is a folder
+of vdl_log; the tab list makes VisualDL open on the charts); write a report with
+``python -m ppokit.tracking.report output``.
 
 May import: visualdl/tensorboard/wandb (optional); no other ppokit room.
 """

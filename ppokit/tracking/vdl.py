@@ -1,7 +1,9 @@
 """The VisualDL side of a run: one folder per run, tags in groups VisualDL opens on the reward, no copies.
 
 What VisualDL 2.5 does, and what ppokit does about it:
-  - It opens on the first component of a record file: the scalars are written before the hyper-parameters.
+  - It opens on the first tab of the server's list, which is a Python set's order (a different tab from one
+    server start to the next) unless ``visualdl --component_tabs scalar text hyper_parameters`` fixes it; the
+    run summary prints that command. The hyper-parameters are written after the first scalars all the same.
   - It shows one run per folder of ``--logdir`` (the newest record file in it): each run writes its own
     subfolder, named after the run; a second run of that name gets ``NAME-2`` rather than mixing curves.
   - It sorts tag groups (the text before the first "/") by name and opens only the first: the groups a
@@ -110,7 +112,7 @@ class VisualDLBackend:
                 self.writer.add_scalar(tag=tag, value=held_value, step=held_step)
             self.writer.add_scalar(tag=tag, value=value, step=step)
             self._written.add(tag)
-        if self._pending_hparams is not None:  # after the first scalars: VisualDL opens on the first component
+        if self._pending_hparams is not None:  # after the first scalars: the record file starts with the charts
             self._write_hparams(*self._pending_hparams)
 
     def replay(self, rows: list[dict]) -> None:
