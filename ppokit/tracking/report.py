@@ -354,7 +354,7 @@ def summary_section(run: RunData) -> str:
     if wall:
         facts.append(("wall time", wall))
     if run.state.get("started_at"):
-        facts.append(("started", str(run.state["started_at"])))
+        facts.append(("started", str(run.state["started_at"]).replace("T", " ").replace("+00:00", " UTC")))
     facts.append(("steps logged", str(len(rows))))
     if rows:
         facts.append(("step range", f"{_fact(rows[0]['step'])} – {_fact(rows[-1]['step'])}"))
