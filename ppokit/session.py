@@ -206,7 +206,7 @@ class Session:
                 run_name=self.args.run_name,
                 resume_step=self.resume_step,
             )
-            self._tracker.log_hparams(self.args.to_dict())
+            self._tracker.log_hparams(self.args, plan=self.plan)  # the model: args_info.json gets the defaults
         return self._tracker
 
     @property

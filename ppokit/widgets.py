@@ -1,12 +1,12 @@
 """Notebook views: `show_batch` (a sortable table of a rollout) and `live_view` (training progress + plot).
 
-    s.show(batch)   # Jupyter: an HTML table (+ "sort by" controls with ipywidgets); long texts fold
+    s.show(batch)   # Jupyter: an HTML table (+ "sort by" controls with ipywidgets, until the next cell runs)
     s.train()       # Jupyter: a progress bar, the current reward, reward / KL / length charts per step
 
 Every view leaves a static output that renders with no JavaScript and no network (a saved notebook
 reopened, `jupyter nbconvert --to html`, GitHub): the table is a `BatchTable` (HTML in a notebook, text
-in a terminal) whose sort controls redraw that HTML in place, and the live view is replaced by a static
-HTML snapshot (progress, status, SVG charts) when training finishes. Outside Jupyter `s.train()` uses
+in a terminal) whose live sort controls give way to the static table when the next cell runs, and the
+live view is replaced by a static HTML snapshot (progress, status, SVG charts) when training finishes. Outside Jupyter `s.train()` uses
 the console progress bar (`ppokit.tracking`).
 """
 
@@ -24,7 +24,9 @@ KL_KEYS = ("actor/kl", "kl/reward_kl", "actor/approx_kl")
 TEXT_WIDTH = 60  # characters of prompt / response shown per row in the plain-text table
 FULL_PROMPT = "rendered prompt"  # the row key of the whole chat-templated prompt (folded under the question)
 CELL = "vertical-align:top;padding:3px 8px;border-bottom:1px solid #ddd"
-CONTROLS_NOTE = "(sort controls: live while the kernel runs; the table below is a static copy)"
+# Jupyter's output CSS breaks <pre> text anywhere (word-break: break-all); the table wraps between words
+# and breaks inside a word only when it is wider than the cell.
+PRE = "white-space:pre-wrap;word-break:normal;overflow-wrap:break-word;margin:0"
 
 
 def in_notebook() -> bool:
@@ -52,10 +54,10 @@ def fold(text: str, limit: int = FOLD_AT) -> str:
     """HTML for `text`, escaped; folded into a <details> element when longer than `limit`."""
     safe = html.escape(text)
     if len(text) <= limit:
-        return f"<pre style='white-space:pre-wrap;margin:0'>{safe}</pre>"
+        return f"<pre style='{PRE}'>{safe}</pre>"
     head = html.escape(text[:limit])
-    return (f"<details><summary><pre style='white-space:pre-wrap;margin:0;display:inline'>{head}…</pre>"
-            f"</summary><pre style='white-space:pre-wrap;margin:0'>{safe}</pre></details>")
+    return (f"<details><summary><pre style='{PRE};display:inline'>{head}…</pre>"
+            f"</summary><pre style='{PRE}'>{safe}</pre></details>")
 
 
 def batch_rows(batch) -> list[dict]:
@@ -112,7 +114,7 @@ def _cell_html(value, full_prompt: str | None = None) -> str:
         extra = ""
         if full_prompt and full_prompt.strip() != value:
             extra = (f"<details><summary style='color:#777'>full prompt</summary>"
-                     f"<pre style='white-space:pre-wrap;margin:0;color:#555'>{html.escape(full_prompt)}</pre></details>")
+                     f"<pre style='{PRE};color:#555'>{html.escape(full_prompt)}</pre></details>")
         return f"<td style='max-width:28em;text-align:left;{CELL}'>{fold(value)}{extra}</td>"
     if isinstance(value, float):
         return f"<td style='text-align:right;{CELL}'>{value:+.3f}</td>"
@@ -161,14 +163,17 @@ def rows_text(rows: list[dict], sort_by: str | None = None, descending: bool = T
 class BatchTable:
     """A rollout as a table: HTML in a notebook (`_repr_html_`), text when printed. `.sort(by)` re-orders.
 
-    Displayed in Jupyter with ipywidgets, "sort by" controls appear above the table and redraw it in
-    place; the table itself stays a plain HTML output, so a saved or exported notebook keeps it.
+    Displayed in Jupyter with ipywidgets, it is one output: "sort by" controls above the table, which
+    redraw it in place. When the next cell runs, that output becomes the static HTML table (sorted as it was
+    last shown) and the controls close, so a saved, reopened or exported notebook shows a clean table and no
+    dead controls; run the cell again (or `table.sort(...)`) to sort it once more.
     """
 
     def __init__(self, rows: list[dict], sort_by: str | None = "reward", descending: bool = True):
         self.rows = rows
         self.sort_by = sort_by if rows and sort_by in rows[0] else None
         self.descending = descending
+        self.controls = self.handle = None
 
     def sort(self, by: str = "reward", descending: bool = True) -> BatchTable:
         """The same rows sorted by another numeric column (e.g. "advantage", "length", "reward/rule")."""
@@ -186,45 +191,65 @@ class BatchTable:
 
     __repr__ = __str__
 
+    def static_bundle(self) -> dict:
+        return {"text/html": self._repr_html_(), "text/plain": str(self)}
+
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        bundle = {"text/html": self._repr_html_(), "text/plain": str(self)}
         if not (in_notebook() and have_ipywidgets()):
-            display(bundle, raw=True)
+            display(self.static_bundle(), raw=True)
             return
         self.controls = sort_controls(self)
-        display(self.controls)
-        self.handle = display(bundle, raw=True, display_id=True)
+        self.handle = display({**self.controls._repr_mimebundle_(), **self.static_bundle()}, raw=True,
+                              display_id=True)
+        freeze_before_next_cell(self)
+
+    def freeze(self) -> None:
+        """Replace the live output by the static table and close the controls (they are not saved)."""
+        if self.handle is not None:
+            self.handle.update(self.static_bundle(), raw=True)
+        if self.controls is not None:
+            for widget in (self.controls.sort, self.controls.order, self.controls.table, self.controls):
+                widget.close()
+        self.controls = None
+
+
+def freeze_before_next_cell(table: BatchTable) -> None:
+    """`table.freeze()` when the kernel starts the next cell (IPython's pre_run_cell event), once."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def freeze(*_):
+        shell.events.unregister("pre_run_cell", freeze)
+        table.freeze()
+
+    shell.events.register("pre_run_cell", freeze)
 
 
 def sort_controls(table: BatchTable):
-    """ipywidgets "sort by" and order controls that redraw `table`'s HTML output in place."""
+    """One widget: "sort by" and order controls over the table's HTML, which they redraw in place."""
     import ipywidgets as w
 
     numeric = numeric_columns(table.rows)
     sort = w.Dropdown(options=numeric, value=table.sort_by if table.sort_by in numeric else None,
-                      description="sort by")
+                      description="sort by", layout=w.Layout(width="16em"))
     order = w.ToggleButtons(options=["descending", "ascending"], value="descending" if table.descending
-                            else "ascending")
+                            else "ascending", style={"button_width": "7em"})
+    shown = w.HTML(table._repr_html_())
 
     def redraw(_=None):
         table.sort_by, table.descending = sort.value, order.value == "descending"
-        if getattr(table, "handle", None) is not None:
-            table.handle.update({"text/html": table._repr_html_(), "text/plain": str(table)}, raw=True)
+        shown.value = table._repr_html_()
 
     sort.observe(redraw, names="value")
     order.observe(redraw, names="value")
-    box = w.HBox([sort, order])
-    box.sort, box.order = sort, order  # for code that inspects the view
-    widget_bundle = box._repr_mimebundle_
-
-    def bundle(**kwargs):
-        """A plain-text line instead of `HBox(children=...)` where the widget cannot be drawn."""
-        data = widget_bundle(**kwargs)
-        return {**data, "text/plain": CONTROLS_NOTE} if data else data
-
-    box._repr_mimebundle_ = bundle
+    row = w.HBox([sort, order], layout=w.Layout(flex_flow="row nowrap", align_items="center"))
+    box = w.VBox([row, shown])
+    box.sort, box.order, box.table = sort, order, shown  # for code that inspects the view
     return box
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
-import time
 from pathlib import Path
 from typing import Protocol
 
@@ -61,85 +61,6 @@ def _installed(name: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
-
-
-# What a person looks at first: the reward, then evaluation, lengths and KL; everything else after, as logged.
-FIRST_TAGS = ("reward/mean", "reward/std", "reward/", "eval/", "response_length/", "actor/kl", "actor/entropy")
-# VisualDL sorts its tag groups (the text before the first "/") by name and opens only the first, "actor";
-# as in PaddleNLP's own logs, every scalar goes under train/, where charts keep the order they were first written.
-VISUALDL_PREFIX = "train/"
-
-
-def tag_rank(tag: str) -> int:
-    """Position of a metric's group in VisualDL: reward/mean first (VisualDL opens only the first group)."""
-    return next((i for i, head in enumerate(FIRST_TAGS) if tag == head or (head.endswith("/") and
-                 tag.startswith(head))), len(FIRST_TAGS))
-
-
-class VisualDLBackend:
-    """Scalars, text and hparams through ``visualdl.LogWriter`` into one new record file."""
-
-    name = "visualdl"
-
-    def __init__(self, logdir: Path, display_name: str = ""):
-        from visualdl import LogWriter
-
-        # VisualDL shows the newest file of a directory (by name); nanoseconds keep a resumed run's
-        # file after its predecessor even within the same second.
-        self.writer = LogWriter(
-            logdir=str(logdir), file_name=f"vdlrecords.{time.time_ns():019d}.log", display_name=display_name
-        )
-        self.file = self.writer.file_name
-
-    def scalars(self, step: int, metrics: dict[str, float]) -> None:
-        for tag in sorted(metrics, key=tag_rank):  # reward/mean is the first chart of the first group
-            self.writer.add_scalar(tag=VISUALDL_PREFIX + tag, value=metrics[tag], step=step)
-
-    def text(self, step: int, tag: str, text: str) -> None:
-        self.writer.add_text(tag=tag, text_string=text, step=step)
-
-    def hparams(self, hparams: dict[str, int | float | str], metric_names: list[str]) -> None:
-        self.writer.add_hparams(hparams_dict=hparams, metrics_list=[VISUALDL_PREFIX + m for m in metric_names])
-
-    def carry_over(self, previous_file: str, max_step: int) -> int:
-        """Copy scalars and texts with step <= max_step from an earlier run's file; returns records copied.
-
-        VisualDL displays only the newest file of a directory, so a resumed run copies the history
-        it continues into its own file. Records are read one by one with VisualDL's RecordReader,
-        so a file cut short by a crash yields everything before the damaged record.
-        """
-        from google.protobuf.message import DecodeError
-        from visualdl.proto import record_pb2
-        from visualdl.reader.record_reader import RecordReader
-
-        copied = 0
-        for raw in RecordReader(filepath=previous_file).get_all():
-            record = record_pb2.Record()
-            try:
-                record.ParseFromString(raw)
-            except DecodeError:
-                break
-            for value in record.values:
-                kind = value.WhichOneof("one_value")
-                if value.id > max_step or kind not in ("value", "text"):
-                    continue
-                if kind == "value":
-                    self.writer.add_scalar(
-                        tag=value.tag, value=value.value, step=value.id, walltime=value.timestamp
-                    )
-                else:
-                    text = value.text.encoded_text_string
-                    self.writer.add_text(
-                        tag=value.tag, text_string=text, step=value.id, walltime=value.timestamp
-                    )
-                copied += 1
-        return copied
-
-    def flush(self) -> None:
-        self.writer.flush()
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 class TensorBoardBackend:
@@ -208,18 +129,21 @@ def _escape(text: str) -> str:
 
 def open_backends(
     names: list[str],
-    logdir: Path,
+    run_dir: Path,
+    display_name: str,
     output_dir: Path,
     run_name: str | None,
     resume_step: int | None,
 ) -> list[Backend]:
-    """Start each named backend; one that is not installed is skipped with a one-line note."""
+    """Start each named backend writing into ``run_dir`` (this run's folder of logging_dir); one that is not
+    installed is skipped with a one-line note."""
+    from ppokit.tracking.vdl import VisualDLBackend
+
     backends: list[Backend] = []
     for name in names:
         if name == "visualdl":
             try:
-                # the run is named by its output folder ("grpo"), not by the log folder's absolute path
-                backends.append(VisualDLBackend(logdir, display_name=run_name or output_dir.name))
+                backends.append(VisualDLBackend(run_dir, display_name=display_name))
             except ImportError as exc:
                 note(
                     f"VisualDL could not be imported ({exc}); reinstall it with pip install visualdl. Skipping it."
@@ -227,7 +151,7 @@ def open_backends(
         elif name == "tensorboard":
             try:
                 purge = None if resume_step is None else resume_step + 1
-                backends.append(TensorBoardBackend(logdir, purge_step=purge))
+                backends.append(TensorBoardBackend(run_dir, purge_step=purge))
             except ImportError:
                 note(
                     "report_to asks for tensorboard, which is not installed (pip install tensorboard); skipping it."
@@ -260,3 +184,26 @@ def dump_args(hparams: dict) -> str:
     from ppokit.tracking.jsonl import to_jsonable
 
     return json.dumps(to_jsonable(hparams), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+ARGS_INFO = "args_info.json"
+_NO_EFFECT = re.compile(r"no effect (here|in ppokit)|informational only", re.I)
+
+
+def args_info(model) -> dict:
+    """{"defaults": {key: default}, "no_effect": [keys]} of a pydantic arguments model ({} for a dict):
+    what the report needs to put the changed keys first and leave out the ones that do nothing here."""
+    from ppokit.tracking.jsonl import to_jsonable
+
+    fields = getattr(type(model), "model_fields", None)
+    if not fields:
+        return {}
+    defaults, no_effect = {}, []
+    for key, field in fields.items():
+        try:
+            defaults[key] = to_jsonable(field.get_default(call_default_factory=True))
+        except Exception:  # a default that needs other fields (a validated factory): compare nothing
+            continue
+        if _NO_EFFECT.search(field.description or ""):
+            no_effect.append(key)
+    return {"defaults": defaults, "no_effect": no_effect}

@@ -1,8 +1,8 @@
 """What a run says on the console: set-up stages with their durations, memory, and the end-of-run summary.
 
-    with stage("loading smollm2-135m-instruct"):     # "ppokit: loading smollm2-135m-instruct… 3.1 s"
+    with stage("loading smollm2-135m-instruct"):     # "ppokit: loading smollm2-135m-instruct… 3.1 s", once
         model = load(...)
-    say(run_summary(history, args, wall_s=412.0))   # steps, wall time, reward first-10 → last-10, next commands
+    say(run_summary(history, out, wall_s=412.0))    # steps, wall time, s/step, reward and eval with their steps
 
 Lines go to stderr in a terminal (next to the progress bar) and to stdout in a notebook (no red stderr
 box); only rank 0 speaks (`set_quiet(True)` elsewhere). (What DeepSpeed's compiler probes write straight to
@@ -20,6 +20,7 @@ from pathlib import Path
 
 logger = logging.getLogger("ppokit")
 PREFIX = "ppokit: "
+VISUALDL_TABS = ("scalar", "text", "hyper_parameters")  # the components ppokit writes, the charts first
 _quiet = False
 
 
@@ -39,7 +40,7 @@ def stream():
     return sys.stdout if _in_notebook() else sys.stderr
 
 
-def _redraws(out) -> bool:
+def redraws(out) -> bool:
     """Whether "\\r" rewrites the current line (a terminal, or Jupyter's stream output)."""
     try:
         return out.isatty() or _in_notebook()
@@ -62,25 +63,41 @@ def say(text: str) -> None:
 
 @contextlib.contextmanager
 def stage(what: str):
-    """Say `what…` before a slow set-up step and how long it took after it: "ppokit: loading X… 3.1 s".
+    """Say how long a slow set-up step took, once: "ppokit: loading X… 3.1 s".
 
-    In a terminal or notebook the line is completed in place; in a log file the finished line follows.
+    In a terminal "loading X…" shows while it runs and is completed in place; in a notebook the line is one
+    output updated in place (a saved notebook keeps only the finished line); in a log file only the finished
+    line is written.
     """
     if _quiet:
         yield
         return
     out = stream()
-    live = _redraws(out)
-    out.write(f"{PREFIX}{what}…" + ("" if live else "\n"))
-    out.flush()
+    show = _live_line(out, f"{PREFIX}{what}…")
     started = time.perf_counter()
     try:
         yield
     except BaseException:
-        out.write(("\r" if live else "") + f"{PREFIX}{what}… failed after {time.perf_counter() - started:.1f} s\n")
+        show(f"{PREFIX}{what}… failed after {time.perf_counter() - started:.1f} s")
         raise
-    out.write(("\r" if live else "") + f"{PREFIX}{what}… {time.perf_counter() - started:.1f} s\n")
-    out.flush()
+    show(f"{PREFIX}{what}… {time.perf_counter() - started:.1f} s")
+
+
+def _live_line(out, first: str):
+    """Show `first` where it can be replaced; returns a function that writes the final line (once)."""
+    if _in_notebook():
+        try:
+            from IPython.display import display
+
+            handle = display({"text/plain": first}, raw=True, display_id=True)
+            return lambda text: handle.update({"text/plain": text}, raw=True)
+        except ImportError:
+            pass
+    if redraws(out):
+        out.write(first)
+        out.flush()
+        return lambda text: (out.write("\r" + text + "\n"), out.flush())
+    return lambda text: (out.write(text + "\n"), out.flush())
 
 
 @contextlib.contextmanager
@@ -138,7 +155,7 @@ def _rss_bytes() -> int | None:
 # ---------------------------------------------------------------------------- the end of a run
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds} s"
@@ -153,28 +170,68 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def first_last(history: list[dict], key: str, window: int = 10) -> tuple[float, float, int] | None:
-    """(mean of the first `window` values, mean of the last `window`, window used) of `key` in `history`."""
-    values = [float(h[key]) for h in history if isinstance(h.get(key), (int, float))]
-    if not values:
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _steps(first: int, last: int) -> str:
+    return f"step {first}" if first == last else f"steps {first}–{last}"
+
+
+def first_last(history: list[dict], key: str, window: int = 10) -> tuple[float, float, list, list] | None:
+    """(mean of the first `window` values, mean of the last `window`, their steps) of `key` in `history`;
+    the window shrinks to half the values so the two never overlap."""
+    points = [(h.get("step"), float(h[key])) for h in history if isinstance(h.get(key), (int, float))]
+    if not points:
         return None
-    n = max(1, min(window, len(values) // 2 or 1))
-    return _mean(values[:n]), _mean(values[-n:]), n
+    n = max(1, min(window, len(points) // 2 or 1))
+    head, tail = points[:n], points[-n:]
+    return _mean([v for _, v in head]), _mean([v for _, v in tail]), [s for s, _ in head], [s for s, _ in tail]
+
+
+def span_line(history: list[dict], key: str, label: str) -> str | None:
+    """"reward 0.63 (mean of steps 1–10) → 0.97 (steps 21–30)"; "eval accuracy 0.87 at step 10 → 1.00 at
+    step 30"; one value: "eval accuracy 0.53 at step 30"."""
+    points = [(h.get("step"), float(h[key])) for h in history if isinstance(h.get(key), (int, float))]
+    if not points:
+        return None
+    if len(points) == 1:
+        return f"{label} {points[0][1]:.3g} at step {points[0][0]}"
+    if key.startswith("eval/"):  # evaluations are few and far apart: the first and the last, each at its step
+        (s0, v0), (s1, v1) = points[0], points[-1]
+        return f"{label} {v0:.2f} at step {s0} → {v1:.2f} at step {s1}"
+    first, last, head, tail = first_last(history, key)
+    if len(head) == 1:
+        return f"{label} {first:.3g} at step {head[0]} → {last:.3g} at step {tail[0]}"
+    return (f"{label} {first:.3g} (mean of {_steps(head[0], head[-1])}) → {last:.3g} "
+            f"({_steps(tail[0], tail[-1])})")
+
+
+def timing_line(history: list[dict], wall_s: float) -> str:
+    """"done: 30 steps in 2 min 55 s, 4.1 s per training step (median)": the wall time of the whole train()
+    (set-up, evaluations and saves included) and the median of the steps' own timing/step_s."""
+    steps = [h["step"] for h in history if "step" in h]
+    text = f"done: {len(steps)} steps in {duration(wall_s)}"
+    per_step = [float(h["timing/step_s"]) for h in history if isinstance(h.get("timing/step_s"), (int, float))]
+    if per_step:
+        text += f", {_median(per_step):.1f} s per training step (median)"
+    return text
 
 
 def run_summary(history: list[dict], output_dir: str | Path, wall_s: float, *, logging_dir: str | None = None,
                 visualdl: bool = False, saved_model: bool = True, eval_data: str | None = None) -> str:
-    """The lines a finished run ends with: steps and wall time, reward first → last, where things are, next commands."""
+    """The lines a finished run ends with: steps and wall time, reward first → last, where things are, next commands.
+
+    `wall_s` is the whole of `train()`; the s/step is the median of the steps' own `timing/step_s`.
+    """
     out = Path(output_dir)
-    steps = [h["step"] for h in history if "step" in h]
-    lines = [f"done: {len(steps)} steps in {_duration(wall_s)}"
-             + (f" ({wall_s / len(steps):.1f} s/step)" if steps else "")]
+    lines = [timing_line(history, wall_s)]
     for key, label in (("reward/mean", "reward"), ("eval/accuracy", "eval accuracy")):
-        span = first_last(history, key)
-        if span is not None:
-            first, last, n = span
-            span_text = "step" if n == 1 else f"{n} steps"
-            lines.append(f"{label} {first:.3g} (first {span_text}) → {last:.3g} (last {span_text})")
+        line = span_line(history, key, label)
+        if line:
+            lines.append(line)
     if saved_model and (out / "config.json").exists():
         lines.append(f"final model: {out}/ (a Hugging Face folder: from_pretrained, python -m ppokit.export)")
     checkpoints = sorted(out.glob("checkpoint-*"), key=lambda p: _step_of(p.name))
@@ -182,8 +239,8 @@ def run_summary(history: list[dict], output_dir: str | Path, wall_s: float, *, l
         names = ", ".join(p.name for p in checkpoints)
         lines.append(f"checkpoints: {names} in {out}/ (--resume_from_checkpoint auto continues the newest)")
     nxt = []
-    if visualdl and logging_dir:
-        nxt.append(f"visualdl --logdir {logging_dir}")
+    if visualdl and logging_dir:  # VisualDL opens on the first listed tab; unlisted, the order is a set's
+        nxt.append(f"visualdl --logdir {logging_dir} --component_tabs {' '.join(VISUALDL_TABS)}")
     nxt.append(f"python -m ppokit.tracking.report {out}")
     if saved_model and (out / "config.json").exists():
         nxt.append(f"python -m ppokit.eval --model {out} --data {eval_data or 'TEST.jsonl'} --n 4")

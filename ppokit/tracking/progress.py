@@ -6,6 +6,8 @@ import math
 import sys
 from typing import Any
 
+from ppokit.tracking.console import redraws
+
 # (label, metric names tried in order) for the summary line and the bar's postfix
 SUMMARY_FIELDS = (
     ("len", ("response_length/mean",)),
@@ -71,18 +73,21 @@ def format_summary(step: int, metrics: dict[str, Any], total: int | None = None)
 
 
 class ConsoleProgress:
-    """A progress bar over training steps (i/total, ETA, reward); ``disable=True`` for quiet ranks.
+    """A progress bar over training steps (i/total, ETA, reward) above the step lines.
 
-    Uses ``tqdm.auto`` (a widget in Jupyter, a text bar in a terminal) when tqdm is installed;
-    otherwise prints the summary line at each update.
+    ``disable=True`` (quiet ranks) prints nothing; ``bar=False`` (PaddleNLP's ``disable_tqdm``) keeps the
+    step lines and drops the bar. Uses ``tqdm.auto`` (a widget in Jupyter, a text bar in a terminal) when
+    tqdm is installed; where stderr is not a terminal (a log file, a pipe) there is no bar either, so the
+    file holds plain step lines rather than the bar's redrawn frames.
     """
 
-    def __init__(self, total: int, disable: bool = False, desc: str = "train", initial: int = 0):
+    def __init__(self, total: int, disable: bool = False, desc: str = "train", initial: int = 0,
+                 bar: bool = True):
         self.total = int(total)
         self.disable = bool(disable)
         self.step = int(initial)
         self._bar = None
-        if self.disable:
+        if self.disable or not bar or not redraws(sys.stderr):
             return
         try:
             from tqdm.auto import tqdm

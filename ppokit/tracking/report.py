@@ -26,7 +26,9 @@ from html import escape
 from pathlib import Path
 
 from ppokit.errors import PpokitError
+from ppokit.tracking.console import duration
 from ppokit.tracking.jsonl import read_jsonl
+from ppokit.tracking.report_args import args_section, headline
 from ppokit.tracking.svg import Series, bar_chart, fmt_number, line_chart, std_band
 
 REWARD_STATS = ("reward/mean", "reward/std", "reward/min", "reward/max")
@@ -51,7 +53,7 @@ SAMPLES_PER_STEP = 6
 SAMPLE_TEXT_LIMIT = 4000
 CSS = """
 body{font-family:sans-serif;max-width:1340px;margin:24px auto;padding:0 16px;color:#222}
-h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+h1{font-size:22px;margin-bottom:4px}.headline{font-size:16px;margin:0 0 12px}h3 small{font-weight:normal;color:#777}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #eee;background:#fff}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;
 vertical-align:top}th{background:#f5f5f5}.note{background:#fff4d6;border:1px solid #e6c66a;padding:8px 12px;
@@ -73,6 +75,8 @@ class RunData:
     args: dict | None
     notes: list[str] = field(default_factory=list)
     interrupted: bool = False
+    state: dict = field(default_factory=dict)  # tracking_state.json: started_at, wall_s (when closed)
+    info: dict = field(default_factory=dict)  # args_info.json: defaults, no_effect, plan
 
 
 def load_run(output_dir: str | Path) -> RunData:
@@ -92,14 +96,45 @@ def load_run(output_dir: str | Path) -> RunData:
         samples = read_jsonl(samples_path)
         run.samples = [r for r in samples.rows if _is_step(r.get("step"))]
         run.notes += samples.problems("samples.jsonl")
-    args_path = output_dir / "args.json"
-    if args_path.is_file():
-        try:
-            loaded = json.loads(args_path.read_text(encoding="utf-8"))
-            run.args = loaded if isinstance(loaded, dict) else None
-        except ValueError:
-            run.notes.append("args.json is not valid JSON, so the arguments are not shown.")
+    run.args = _json_file(output_dir / "args.json", run.notes, "the arguments are not shown")
+    run.state = _json_file(output_dir / "tracking_state.json", run.notes, "the wall time is the last row's") or {}
+    run.info = _json_file(output_dir / "args_info.json", run.notes, "every argument is shown") or {}
     return run
+
+
+def _json_file(path: Path, notes: list[str], consequence: str) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        notes.append(f"{path.name} is not valid JSON, so {consequence}.")
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def same_series(rows: list[dict], keys: list[str]) -> list[list[str]]:
+    """``keys`` grouped by identical values at every step (e.g. eval/accuracy, pass@1 and maj@1 with one
+    sample per prompt): one list per distinct quantity, in the order of ``keys``."""
+    groups: list[list[str]] = []
+    for key in keys:
+        column = _column(rows, key)
+        for group in groups:
+            other = _column(rows, group[0])
+            if all((a is None) == (b is None) and (a is None or abs(a - b) <= 1e-9 * max(1.0, abs(b)))
+                   for a, b in zip(column, other)):
+                group.append(key)
+                break
+        else:
+            groups.append([key])
+    return groups
+
+
+def _title(group: list[str]) -> str:
+    """"eval/accuracy (= pass@1, maj@1)": the first name, and the others that are the same numbers."""
+    head = group[0].rsplit("/", 1)[0] + "/"
+    rest = [k.removeprefix(head) for k in group[1:]]
+    return group[0] + (f" (= {', '.join(rest)})" if rest else "")
 
 
 def _is_step(value) -> bool:
@@ -161,11 +196,15 @@ def reward_section(rows: list[dict], names: list[str]) -> str:
     ]
     extremes = [k for k in ("reward/min", "reward/max") if k in names]
     per_fn = [k for k in names if k.startswith("reward/") and k not in REWARD_STATS + NOT_FUNCTIONS]
+    copies = [k for k in per_fn + ["reward/raw_mean"] if k in names and
+              same_series(rows, ["reward/mean", k]) == [["reward/mean", k]]]
     if extremes:
         svgs.append(line_chart(_series(rows, ["reward/mean", *extremes]), "Reward range", "step", "reward"))
-    if per_fn:
+    if [k for k in per_fn if k not in copies]:
         svgs.append(line_chart(_series(rows, per_fn[:8]), "Reward by function", "step", "reward"))
-    return "<h2>Reward</h2>" + _charts(svgs)
+    note = (f'<p class="missing">{escape(", ".join(copies))} equal reward/mean at every step (no chart of '
+            "their own).</p>" if copies else "")
+    return "<h2>Reward</h2>" + _charts(svgs) + note
 
 
 def signals_section(rows: list[dict], names: list[str]) -> tuple[str, set[str]]:
@@ -212,15 +251,22 @@ def timing_section(rows: list[dict], names: list[str]) -> str:
 
 
 def eval_section(rows: list[dict], names: list[str]) -> str:
-    """One chart per eval/* metric (they have different scales), at the steps evaluation ran."""
+    """One chart per distinct eval/* quantity (identical series share one; a constant is a sentence)."""
     keys = [n for n in names if n.startswith("eval/")]
     if not keys:
         return "<h2>Evaluation</h2>" + _missing("eval/*")
+    eval_rows = [r for r in rows if any(r.get(k) is not None for k in keys)]
+    constant = [k for k in keys if len({v for v in _column(eval_rows, k) if v is not None}) == 1
+                and len(eval_rows) > 1 and not re.search(r"accuracy|pass@|maj@|mean@|reward", k)]
     svgs = []
-    for key in keys[:12]:
-        eval_rows = [r for r in rows if r.get(key) is not None]
-        svgs.append(line_chart(_series(eval_rows, [key]), key, "step"))
-    return "<h2>Evaluation</h2>" + _charts(svgs)
+    for group in same_series(eval_rows, [k for k in keys if k not in constant])[:12]:
+        group_rows = [r for r in eval_rows if r.get(group[0]) is not None]
+        svgs.append(line_chart(_series(group_rows, [group[0]]), _title(group), "step"))
+    facts = "; ".join(f"{k} {fmt_number(next(v for v in _column(eval_rows, k) if v is not None))} at every "
+                      "evaluation" for k in constant)
+    at = ", ".join(_fact(r["step"]) for r in eval_rows)
+    return ("<h2>Evaluation</h2>" + f'<p class="facts">evaluated at step{"s" if len(eval_rows) > 1 else ""} {at}'
+            + (f"; {escape(facts)}" if facts else "") + "</p>" + _charts(svgs))
 
 
 def other_metrics_section(rows: list[dict], names: list[str], used: set[str]) -> str:
@@ -300,30 +346,24 @@ def samples_section(samples: list[dict] | None) -> str:
     return "".join(parts)
 
 
-def args_section(args: dict | None) -> str:
-    if args is None:
-        return "<h2>Arguments</h2>" + _missing("args.json")
-    rows = "".join(
-        f"<tr><td>{escape(str(k))}</td><td>{escape(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))}</td></tr>"
-        for k, v in args.items()
-    )
-    return "<h2>Arguments</h2><table><tr><th>argument</th><th>value</th></tr>" + rows + "</table>"
-
-
 def summary_section(run: RunData) -> str:
     """What the run is, how far it got, and any problems reading it."""
     rows = run.rows
-    facts = [("output_dir", str(run.output_dir.resolve())), ("steps logged", str(len(rows)))]
+    facts = [("status", _status(run))]
+    wall = _wall_time(run)
+    if wall:
+        facts.append(("wall time", wall))
+    if run.state.get("started_at"):
+        facts.append(("started", str(run.state["started_at"]).replace("T", " ").replace("+00:00", " UTC")))
+    facts.append(("steps logged", str(len(rows))))
     if rows:
         facts.append(("step range", f"{_fact(rows[0]['step'])} – {_fact(rows[-1]['step'])}"))
-        last_time = next((r["time"] for r in reversed(rows) if _is_step(r.get("time"))), None)
-        if last_time is not None:
-            facts.append(("training wall time", f"{last_time:.1f} s"))
         last_reward = next((r["reward/mean"] for r in reversed(rows) if _is_step(r.get("reward/mean"))), None)
         if last_reward is not None:
             facts.append(("last reward/mean", fmt_number(last_reward)))
-    facts.append(("status", _status(run)))
-    table = (
+    facts.append(("output_dir", str(run.output_dir.resolve())))
+    line = headline(run.args, run.info.get("plan"))
+    table = (f'<p class="headline">{escape(line)}</p>' if line else "") + (
         "<table>"
         + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in facts)
         + "</table>"
@@ -336,21 +376,34 @@ def summary_section(run: RunData) -> str:
     return table + notes
 
 
+def _wall_time(run: RunData) -> str | None:
+    """From the start of train() (the tracker's clock; resumes continue it) to its end, or to the last row."""
+    wall = run.state.get("wall_s")
+    last_time = next((r["time"] for r in reversed(run.rows) if _is_step(r.get("time"))), None)
+    if _is_step(wall) and not run.interrupted and (last_time is None or wall >= last_time):
+        return f"{duration(wall)} (from the start of training to its end; loading before it not counted)"
+    if last_time is not None:
+        return f"{duration(last_time)} (from the start of training to the last logged step)"
+    return None
+
+
 def _status(run: RunData) -> str:
-    max_steps = (run.args or {}).get("max_steps")
+    planned = (run.info.get("plan") or {}).get("rollout_steps")  # the run plan's length (epoch mode too)
+    if not isinstance(planned, int):  # a run folder from before args_info.json: max_steps mode only
+        planned = (run.args or {}).get("max_steps")
     last = run.rows[-1]["step"] if run.rows else None
     if run.interrupted:
         return f"interrupted (last complete row at step {_fact(last)})"
-    if isinstance(max_steps, int) and max_steps > 0 and last is not None:
-        return "finished" if last >= max_steps else f"stopped at step {_fact(last)} of {max_steps}"
-    return "unknown (no max_steps in args.json)"
+    if isinstance(planned, int) and planned > 0 and last is not None:
+        return "finished" if last >= planned else f"stopped at step {_fact(last)} of {planned}"
+    return "unknown (the run's plan is not in its folder)"
 
 
 def render_report(run: RunData) -> str:
     """The whole report page as one HTML string."""
     names = metric_names(run.rows)
     signals, used = signals_section(run.rows, names)
-    title = f"ppokit report — {run.output_dir.resolve().name}"
+    title = f"ppokit report — {(run.args or {}).get('run_name') or run.output_dir.resolve().name}"
     body = [
         f"<h1>{escape(title)}</h1>",
         summary_section(run),
@@ -360,7 +413,7 @@ def render_report(run: RunData) -> str:
         eval_section(run.rows, names),
         other_metrics_section(run.rows, names, used),
         samples_section(run.samples),
-        args_section(run.args),
+        args_section(run.args, run.info),
         f'<p class="missing">generated by ppokit.tracking.report at {datetime.now():%Y-%m-%d %H:%M:%S}</p>',
     ]
     return (

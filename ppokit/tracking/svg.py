@@ -14,6 +14,10 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 WIDTH, HEIGHT = 640, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 30, 44  # TOP grows by one line per legend row
 POINT_LIMIT = 60  # draw a dot per point up to this many points per series
+# Series i draws with DASHES[i] and MARKERS[i] besides its colour, so a line lying exactly on another
+# (actor/clipfrac on clipfrac_lower, kl_loss on kl) still shows through it, also in grey print.
+DASHES = ("", "7 4", "2 3", "10 3 2 3")
+MARKERS = ("circle", "square", "diamond", "triangle")
 
 
 @dataclass
@@ -154,17 +158,36 @@ def _legend(series: list[Series]) -> tuple[list[str], int]:
     out, x, row = [], LEFT, 0
     for i, s in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
-        width = 22 + 6 * len(s.name)
+        width = 28 + 6 * len(s.name)
         if x + width > WIDTH - RIGHT and x > LEFT:
             x, row = LEFT, row + 1
         y = TOP + 2 + 14 * row
-        out.append(f'<rect x="{x}" y="{y - 6}" width="12" height="4" fill="{color}"/>')
-        out.append(f'<text x="{x + 16}" y="{y}">{escape(s.name)}</text>')
-        x += width + 10
+        dash = DASHES[i % len(DASHES)]
+        out.append(f'<line x1="{x}" y1="{y - 4}" x2="{x + 18}" y2="{y - 4}" stroke="{color}" stroke-width="1.8"'
+                   + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")
+        out.append(_marker(MARKERS[i % len(MARKERS)], x + 9, y - 4, color))
+        out.append(f'<text x="{x + 22}" y="{y}">{escape(s.name)}</text>')
+        x += width + 16
     return out, (row + 1 if series else 0)
 
 
-def _series_marks(s: Series, color: str, sx, sy, x_label: str) -> list[str]:
+def _marker(shape: str, x: float, y: float, color: str, tip: str = "") -> str:
+    """A point mark: circle, square, diamond or triangle (hollow past the first, so stacked marks show)."""
+    title = f"<title>{tip}</title>" if tip else ""
+    paint = f'fill="{color}"' if shape == "circle" else f'fill="#fff" stroke="{color}" stroke-width="1.3"'
+    if shape == "circle":
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.6" {paint}>{title}</circle>'
+    if shape == "square":
+        return f'<rect x="{x - 2.8:.1f}" y="{y - 2.8:.1f}" width="5.6" height="5.6" {paint}>{title}</rect>'
+    r = 3.6
+    points = ([(x, y - r), (x + r, y), (x, y + r), (x - r, y)] if shape == "diamond"
+              else [(x, y - r), (x + r, y + r * 0.8), (x - r, y + r * 0.8)])
+    coords = " ".join(f"{a:.1f},{b:.1f}" for a, b in points)
+    return f'<polygon points="{coords}" {paint}>{title}</polygon>'
+
+
+def _series_marks(s: Series, index: int, sx, sy, x_label: str) -> list[str]:
+    color, dash = PALETTE[index % len(PALETTE)], DASHES[index % len(DASHES)]
     out = []
     if s.lo and s.hi:
         for run in _index_runs(
@@ -175,14 +198,13 @@ def _series_marks(s: Series, color: str, sx, sy, x_label: str) -> list[str]:
             out.append(f'<polygon points="{top} {bottom}" fill="{color}" fill-opacity="0.18" stroke="none"/>')
     for run in _segments(s.xs, s.ys):
         path = " ".join(("M" if j == 0 else "L") + f"{sx(x):.1f},{sy(y):.1f}" for j, (x, y) in enumerate(run))
-        out.append(f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.8"/>')
+        out.append(f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.8"'
+                   + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")
     points = [(x, y) for x, y in zip(s.xs, s.ys) if _finite(x) and _finite(y)]
     if len(points) <= POINT_LIMIT:
         for x, y in points:
             tip = escape(f"{s.name} — {x_label} {fmt_number(x)}: {fmt_number(y)}")
-            out.append(
-                f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.6" fill="{color}"><title>{tip}</title></circle>'
-            )
+            out.append(_marker(MARKERS[index % len(MARKERS)], sx(x), sy(y), color, tip))
     return out
 
 
@@ -211,7 +233,7 @@ def line_chart(series: list[Series], title: str, x_label: str = "step", y_label:
 
     out += _axes(x0, x1, y0, y1, sx, sy, x_label, y_label, top)
     for i, s in enumerate(series):
-        out += _series_marks(s, PALETTE[i % len(PALETTE)], sx, sy, x_label)
+        out += _series_marks(s, i, sx, sy, x_label)
     out += legend
     return "".join(out) + "</svg>"
 

@@ -4,8 +4,11 @@ Files in ``output_dir`` (always, whatever ``report_to`` says):
   metrics.jsonl   {"step", "time" (wall seconds of training, continued across resumes), metric: value}
   samples.jsonl   {"step", "prompt", "response", "reward", ...}
   args.json       the resolved arguments
-  tracking_state.json   which VisualDL file this run writes (so a resume can continue its curves)
-VisualDL records go to ``logging_dir`` (PaddleNLP's meaning: the directory ``visualdl --logdir`` reads).
+  args_info.json  their defaults, the keys that have no effect here, the run's plan (for the report)
+  tracking_state.json   the run's start (UTC), its wall seconds when closed, and the VisualDL file it writes
+                        (so a resume continues its curves and the report its clock)
+VisualDL records go to a folder of ``logging_dir`` named after the run (PaddleNLP's meaning of logging_dir:
+the directory ``visualdl --logdir`` reads, where runs then show side by side), see ``ppokit.tracking.vdl``.
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ import json
 import os
 import socket
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ppokit.tracking.backends import (
+    ARGS_INFO,
     Backend,
-    VisualDLBackend,
+    args_info,
     dump_args,
     hparams_for_backends,
     note,
@@ -28,6 +32,7 @@ from ppokit.tracking.backends import (
     resolve_report_to,
 )
 from ppokit.tracking.jsonl import JsonlWriter, to_jsonable, to_number, truncate_jsonl
+from ppokit.tracking.vdl import VisualDLBackend, run_folder
 
 DEFAULT_HPARAM_METRICS = ("reward/mean", "actor/kl", "response_length/mean")
 STATE_FILE = "tracking_state.json"
@@ -35,9 +40,9 @@ SAMPLES_SHOWN = 4
 TEXT_LIMIT = 1500
 
 
-def default_logging_dir(output_dir: Path) -> Path:
-    """PaddleNLP's default when logging_dir is None: output_dir/runs/<Mon dd_HH-MM-SS>_<hostname>."""
-    return output_dir / "runs" / f"{datetime.now().strftime('%b%d_%H-%M-%S')}_{socket.gethostname()}"
+def default_run_name() -> str:
+    """PaddleNLP's run folder when logging_dir is None (output_dir/runs/<Mon dd_HH-MM-SS>_<hostname>)."""
+    return f"{datetime.now().strftime('%b%d_%H-%M-%S')}_{socket.gethostname()}"
 
 
 class Tracker:
@@ -48,6 +53,10 @@ class Tracker:
     dropped from the JSONL files, wall time continues from the last kept row, and the VisualDL
     curves up to step N are carried into this run's record file. Without it, the JSONL files of an
     earlier run in ``output_dir`` are replaced (with a note).
+
+    VisualDL records go to ``logging_dir/<run_name or the output folder's name>`` (``-2``, ``-3`` ... when
+    another run already wrote there); a resume continues its own folder. ``logging_dir=None`` is PaddleNLP's
+    ``output_dir/runs/<date>_<host>``.
     """
 
     def __init__(
@@ -62,8 +71,9 @@ class Tracker:
         self.enabled = bool(enabled)
         self.output_dir = Path(output_dir)
         self.report_to = resolve_report_to(report_to)
-        self.logging_dir = Path(logging_dir) if logging_dir else default_logging_dir(self.output_dir)
+        self.logging_dir = Path(logging_dir) if logging_dir else self.output_dir / "runs"
         self.run_name = run_name
+        self.run_dir: Path | None = None  # this run's folder of logging_dir (set when enabled)
         self.metrics_path = self.output_dir / "metrics.jsonl"
         self.samples_path = self.output_dir / "samples.jsonl"
         self.args_path = self.output_dir / "args.json"
@@ -71,17 +81,29 @@ class Tracker:
         self._writers: dict[str, JsonlWriter] = {}
         self._start = time.monotonic()
         self._time_offset = 0.0
+        self._kept_rows: list[dict] = []
+        self._logged = False
         self._closed = False
         if not self.enabled:
             return
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        previous_vdl = self._previous_visualdl_file()
+        state = self._previous_state()
+        previous_vdl = self._previous_visualdl_file(state)
         if resume_step is None:
             self._start_fresh()
+            state = {}
         else:
             self.truncate_after(resume_step)
+        self.started_at = state.get("started_at") or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        if resume_step is not None and previous_vdl:
+            self.run_dir = Path(previous_vdl).parent  # a resume continues its own folder
+        else:
+            name = run_name or (default_run_name() if not logging_dir else self.output_dir.resolve().name)
+            self.run_dir = run_folder(self.logging_dir, name)
+        where, top = self.run_dir.resolve(), self.logging_dir.resolve()
+        display = where.relative_to(top).as_posix() if where.is_relative_to(top) else where.name
         self.backends = open_backends(
-            self.report_to, self.logging_dir, self.output_dir, run_name, resume_step
+            self.report_to, self.run_dir, display, self.output_dir, run_name, resume_step
         )
         if resume_step is not None and previous_vdl:
             self._carry_over_visualdl(previous_vdl, resume_step)
@@ -100,6 +122,7 @@ class Tracker:
         self._check_open()
         step = _as_step(step)
         clean = {name: _metric_value(name, value) for name, value in metrics.items()}
+        self._logged = True
         self._writer("metrics").write({"step": step, "time": round(self.elapsed(), 3), **clean})
         finite = {name: float(v) for name, v in clean.items() if v is not None}
         for backend in self.backends:
@@ -120,29 +143,34 @@ class Tracker:
             text = render_samples_markdown(step, rows)
             for backend in self.backends:
                 if isinstance(backend, VisualDLBackend):  # plain text there: one short paragraph per sample
-                    for i, line in enumerate(sample_lines(rows)):
-                        backend.text(step, f"samples/{i + 1}", line)
+                    backend.samples(step, sample_lines(rows))
                 else:
                     backend.text(step, "samples", text)
                 backend.flush()
 
     def log_hparams(
-        self, hparams: Any, metrics: tuple[str, ...] | list[str] = DEFAULT_HPARAM_METRICS
+        self, hparams: Any, metrics: tuple[str, ...] | list[str] = DEFAULT_HPARAM_METRICS, plan: Any = None
     ) -> None:
         """Write the resolved arguments to args.json and their scalar entries to the hparams panels.
 
-        ``hparams`` is a dict or a pydantic model; ``metrics`` names the scalars VisualDL's
-        hyper-parameter view compares runs by.
+        ``hparams`` is a dict or a pydantic model (then args_info.json also gets each key's default and the
+        keys that have no effect, so the report can show what was changed); ``plan`` (a dict or an object
+        with ``to_dict``: the run's batch/step plan) goes to args_info.json too. ``metrics`` names the
+        scalars VisualDL's hyper-parameter view compares runs by.
         """
         if not self.enabled:
             return
         self._check_open()
+        info = args_info(hparams)
+        if plan is not None:
+            info["plan"] = plan.to_dict() if hasattr(plan, "to_dict") else dict(plan)
         if hasattr(hparams, "model_dump"):
-            hparams = hparams.model_dump()
+            hparams = hparams.model_dump(mode="json")
         hparams = dict(hparams)
-        tmp = self.args_path.with_name(self.args_path.name + ".tmp")
-        tmp.write_text(dump_args(hparams), encoding="utf-8")
-        os.replace(tmp, self.args_path)
+        for path, text in ((self.args_path, dump_args(hparams)), (self.output_dir / ARGS_INFO, dump_args(info))):
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
         scalars = hparams_for_backends(hparams)
         for backend in self.backends:
             backend.hparams(scalars, list(metrics))
@@ -167,7 +195,19 @@ class Tracker:
         times = [r["time"] for r in kept if isinstance(r.get("time"), (int, float))]
         self._time_offset = max(times, default=0.0)
         self._start = time.monotonic()
+        self._kept_rows = kept
         return dropped + dropped_samples
+
+    def start_clock(self) -> None:
+        """The run's clock (the ``time`` of metrics rows) starts now, unless a step was logged already.
+
+        ``Session.train`` calls it before the first step, so ``time`` counts that step too (a Tracker is
+        otherwise opened by the first ``log``, after the first step's work).
+        """
+        if self.enabled and not self._logged and not self._time_offset:
+            self._start = time.monotonic()
+            self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            self._save_state()
 
     def elapsed(self) -> float:
         """Wall seconds of training so far (including the time before a resume)."""
@@ -180,6 +220,8 @@ class Tracker:
         if self._closed:
             return
         self._closed = True
+        if self.enabled:
+            self._save_state(wall_s=round(self.elapsed(), 3))
         for writer in self._writers.values():
             writer.close()
         self._writers.clear()
@@ -224,12 +266,16 @@ class Tracker:
             for path in existing:
                 path.unlink()
 
-    def _previous_visualdl_file(self) -> str | None:
+    def _previous_state(self) -> dict:
         try:
             state = json.loads((self.output_dir / STATE_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return None
-        path = state.get("visualdl_file") if isinstance(state, dict) else None
+            return {}
+        return state if isinstance(state, dict) else {}
+
+    @staticmethod
+    def _previous_visualdl_file(state: dict) -> str | None:
+        path = state.get("visualdl_file")
         return path if isinstance(path, str) and Path(path).exists() else None
 
     def _carry_over_visualdl(self, previous: str, step: int) -> None:
@@ -243,10 +289,12 @@ class Tracker:
                 f"could not copy the VisualDL history up to step {step} from {previous} ({exc}); "
                 "VisualDL will show this run from the resumed step on, metrics.jsonl has all of it."
             )
+        backend.replay(self._kept_rows)  # copies held back so far (reward/rule = reward/mean) stay complete
         backend.flush()
 
-    def _save_state(self) -> None:
-        state = {"visualdl_file": str(Path(self.visualdl_file).resolve()) if self.visualdl_file else None}
+    def _save_state(self, wall_s: float | None = None) -> None:
+        state = {"started_at": self.started_at, "wall_s": wall_s,
+                 "visualdl_file": str(Path(self.visualdl_file).resolve()) if self.visualdl_file else None}
         (self.output_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
 
 

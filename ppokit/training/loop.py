@@ -15,11 +15,11 @@ def total_steps(session) -> int:
 
 
 def progress_view(session, total: int):
-    """The live widget inside Jupyter, the console progress bar elsewhere."""
+    """The live widget inside Jupyter, the console progress bar elsewhere; `disable_tqdm` drops only the bar."""
     from ppokit.tracking import ConsoleProgress
 
-    disable = bool(session.args.disable_tqdm) or session.state.dist.rank != 0
-    if not disable:
+    quiet, bar = session.state.dist.rank != 0, not session.args.disable_tqdm
+    if bar and not quiet:
         try:
             from ppokit.widgets import in_notebook, live_view
 
@@ -27,7 +27,7 @@ def progress_view(session, total: int):
                 return live_view(total, history=session.history)
         except ImportError:
             pass
-    return ConsoleProgress(total=total, disable=disable)
+    return ConsoleProgress(total=total, disable=quiet, bar=bar)
 
 
 def should(every: int | None, step: int) -> bool:
@@ -76,6 +76,7 @@ def train_loop(session) -> list[dict]:
     total = total_steps(session)
     check_eval_data(session)
     progress = progress_view(session, total)
+    session.tracker.start_clock()  # metrics' "time" counts from here, the first step included
     epoch, evaluated_at = session.state.loader.epoch, None
     try:
         while session.global_step < total:
@@ -98,7 +99,7 @@ def train_loop(session) -> list[dict]:
             if session.history:
                 session.history[-1].update(final)
         session.save(final=True)
-        if session.state.dist.rank == 0 and not args.disable_tqdm and hasattr(progress, "write"):
+        if session.state.dist.rank == 0 and hasattr(progress, "write"):
             progress.close()
             say(summary_for(session, time.perf_counter() - started))
     finally:

@@ -38,12 +38,12 @@ def wait_for(check, what: str, timeout: float = 60.0, every: float = 0.2):
 
 
 @contextmanager
-def visualdl(logdir: Path):
-    """`visualdl --logdir LOGDIR` on a free loopback port; yields its base URL."""
+def visualdl(logdir: Path, *extra: str):
+    """`visualdl --logdir LOGDIR [EXTRA ...]` on a free loopback port; yields its base URL."""
     port = free_port()
     exe = Path(sys.executable).with_name("visualdl")
     cmd = [str(exe), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port), "--disable-telemetry",
-           "--language", "en"]  # without a language VisualDL's pages fail for clients that send no Accept-Language
+           "--language", "en", *extra]  # without a language VisualDL's pages fail for clients with no Accept-Language
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
 

@@ -1,8 +1,8 @@
 """Look at a finished run the way a person does: `visualdl --logdir` and a (headless) browser.
 
 The API check needs only VisualDL; the screenshot needs Chromium (Debian: `apt-get install chromium`)
-and is skipped without it. The page is driven over the DevTools protocol: VisualDL shows only the
-first tag group open, so the test types `reward/mean` into the tag search, as a person would.
+and is skipped without it. The page is driven over the DevTools protocol. VisualDL opens only the first
+tag group (by name): the test looks at the first screen, as a person would, and finds the reward there.
 """
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ import json
 import httpx
 import numpy as np
 import pytest
-from browser_helpers import CHROMIUM, SEARCH_TAGS, chromium_page, visualdl, wait_for
+from browser_helpers import CHROMIUM, chromium_page, visualdl, wait_for
+
+from ppokit.tracking.console import VISUALDL_TABS
 
 pytest.importorskip("visualdl", reason="VisualDL is not installed (pip install visualdl)")
 
 
 @pytest.fixture(scope="module")
 def board(tiny_run):
-    with visualdl(tiny_run.vdl) as url:
+    with visualdl(tiny_run.vdl, "--component_tabs", *VISUALDL_TABS) as url:  # the command the summary prints
         yield url
 
 
@@ -32,16 +34,29 @@ def api(board: str, route: str, **params):
 def test_visualdl_serves_the_reward_curve_eval_metrics_and_samples(board, tiny_run):
     (run,) = api(board, "runs")
     tags = api(board, "scalar/tags")["tags"][0]
-    assert {"train/reward/mean", "train/actor/kl", "train/response_length/mean", "train/eval/pass@2",
-            "train/eval/accuracy"} <= set(tags)
-    assert {t.split("/")[0] for t in tags} == {"train"}  # one group: VisualDL sorts groups by name, opens the first
-    assert tags[:2] == ["train/reward/mean", "train/reward/std"]  # and the reward is its first chart
+    assert {"1 reward/mean", "4 actor/kl", "3 response_length/mean", "2 eval/pass@2", "2 eval/accuracy"} <= set(tags)
+    groups = sorted({t.split("/")[0] for t in tags}, key=str.upper)  # VisualDL's order; it opens the first
+    assert groups[:4] == ["1 reward", "2 eval", "3 response_length", "4 actor"] and "train" not in groups
+    assert tags[:2] == ["1 reward/mean", "1 reward/std"]  # the reward's first charts
+    assert "1 reward/distinct_chars" not in tags and "1 reward/raw_mean" not in tags  # copies of reward/mean
     assert run == tiny_run.out.name  # named by the output folder, not by an absolute path
-    points = api(board, "scalar/list", run=run, tag="train/reward/mean")  # [wall time ms, step, value]
+    points = api(board, "scalar/list", run=run, tag="1 reward/mean")  # [wall time ms, step, value]
     logged = [json.loads(line) for line in (tiny_run.out / "metrics.jsonl").read_text().splitlines()]
     expected = [(r["step"], r["reward/mean"]) for r in logged if "reward/mean" in r]
     assert [(step, pytest.approx(value, abs=1e-6)) for _, step, value in points] == expected
-    assert api(board, "text/tags")["tags"][0] == ["samples/1", "samples/2", "samples/3", "samples/4"]
+    assert api(board, "text/tags")["tags"][0] == [f"samples/{i} · from step 1" for i in (1, 2, 3, 4)]
+    # the page opens on the first tab the server lists; without --component_tabs that list is a set's order
+    assert api(board, "component_tabs") == ["scalar", "text", "hyper_parameters"]
+
+
+# the y of each group header (a leaf element whose text is the group's name) and of each chart canvas
+GROUPS_AND_CHARTS = """(() => {
+  const headers = [...document.querySelectorAll('*')].filter(e => e.children.length == 0
+    && /^(\\d [a-z_]+|[a-z_]+)$/.test(e.textContent.trim()) && e.getBoundingClientRect().x < 100)
+    .map(e => [e.textContent.trim(), e.getBoundingClientRect().y]).sort((a, b) => a[1] - b[1]);
+  const charts = [...document.querySelectorAll('canvas')].map(e => e.getBoundingClientRect().y);
+  return [headers, charts];
+})()"""
 
 
 def curve_pixels(image, box) -> int:
@@ -52,7 +67,8 @@ def curve_pixels(image, box) -> int:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium to screenshot VisualDL with (apt-get install chromium)")
-def test_the_reward_curve_is_drawn_in_a_browser(board, tmp_path):
+def test_the_first_screen_is_the_reward_curve(board, tmp_path):
+    """What a person sees on opening the page: the scalars, the reward group open, reward/mean drawn first."""
     pytest.importorskip("websocket", reason="the DevTools protocol client (websocket-client) is not installed")
     Image = pytest.importorskip("PIL.Image", reason="Pillow is not installed")
 
@@ -60,23 +76,21 @@ def test_the_reward_curve_is_drawn_in_a_browser(board, tmp_path):
     profile.mkdir()
     shot = tmp_path / "visualdl.png"
     with chromium_page(profile) as page:
-        page.call("Page.navigate", url=f"{board}/app/scalar")
+        page.call("Page.navigate", url=f"{board}/")
         wait_for(lambda: page.js("document.querySelectorAll('canvas').length"), "VisualDL's first charts")
-
-        def search():
-            typed = page.js(SEARCH_TAGS % json.dumps("^train/reward/mean$"))
-            return typed and page.js("document.body.innerText.includes('Search Result')")
-
-        wait_for(search, "the tag search to show reward/mean", every=1.0)
         box = wait_for(lambda: page.js(
             "(() => { const c = document.querySelector('canvas'); if (!c) return null;"
             " const r = c.getBoundingClientRect(); return r.width > 100 ? [r.x, r.y, r.width, r.height] : null })()"),
             "the chart canvas")
-        charts = page.js("document.querySelectorAll('canvas').length")
         # the chart fetches its points and animates them in: look until the line is there
         wait_for(lambda: curve_pixels(Image.open(page.screenshot(shot)).convert("RGB"), box) > 100,
                  "the reward/mean curve to be drawn", every=1.0)
-    assert charts == 1  # only the searched tag is shown
+        path = page.js("location.pathname")
+        headers, charts = page.js(GROUPS_AND_CHARTS)
+    assert path.endswith("/scalar")  # the scalars tab, not samples or hyper-parameters
+    assert [name for name, _ in headers][:2] == ["1 reward", "2 eval"]  # the groups, the reward first
+    (_, reward_y), (_, eval_y) = headers[:2]
+    assert charts and all(reward_y < y < eval_y for y in charts)  # every chart drawn is in the reward group
     image = Image.open(shot).convert("RGB")
     assert image.width == 1400 and image.height > 600  # the viewport of a 1400x1000 window
     assert len(image.getcolors(1 << 24)) > 50  # a rendered page, not a blank or error screen

@@ -22,9 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_stage_says_what_before_and_how_long_after(capsys):
     with console.stage("loading tiny-model"):
         pass
-    lines = capsys.readouterr().err.splitlines()  # not a terminal: the finished line follows the first
-    assert lines[0] == "ppokit: loading tiny-model…"
-    assert re.fullmatch(r"ppokit: loading tiny-model… \d+\.\d s", lines[1])
+    lines = capsys.readouterr().err.splitlines()  # not a terminal: only the finished line, once
+    assert len(lines) == 1 and re.fullmatch(r"ppokit: loading tiny-model… \d+\.\d s", lines[0])
     with pytest.raises(KeyError), console.stage("building the engine"):
         raise KeyError("x")
     assert re.search(r"building the engine… failed after \d+\.\d s", capsys.readouterr().err)
@@ -61,21 +60,32 @@ def test_summary_line_shows_throughput_and_memory():
     assert line == "step 3/4 | reward 0.5 | 2.0s/step | 310 tok/s | mem 1.41 GB"
 
 
-def test_run_summary_reward_first_ten_to_last_ten(tmp_path):
-    history = [{"step": i + 1, "reward/mean": 0.0 if i < 10 else 1.0} for i in range(25)]
-    history[-1]["eval/accuracy"] = 0.5
+def test_run_summary_names_the_steps_it_compares(tmp_path):
+    history = [{"step": i + 1, "reward/mean": 0.0 if i < 10 else 1.0, "timing/step_s": 3.0 + (i % 3)}
+               for i in range(25)]
+    history[9]["eval/accuracy"] = 0.867
+    history[-1]["eval/accuracy"] = 1.0
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "checkpoint-10").mkdir()
     (tmp_path / "checkpoint-20").mkdir()
-    text = console.run_summary(history, tmp_path, 125.0, logging_dir="vdl_log", visualdl=True,
+    text = console.run_summary(history, tmp_path, 175.0, logging_dir="vdl_log", visualdl=True,
                                eval_data="data/arithmetic/test.jsonl")
     lines = text.splitlines()
-    assert lines[0] == "done: 25 steps in 2 min 05 s (5.0 s/step)"
-    assert lines[1] == "reward 0 (first 10 steps) → 1 (last 10 steps)"  # hand-computed: steps 1-10 and 16-25
-    assert lines[2] == "eval accuracy 0.5 (first step) → 0.5 (last step)"
+    # the wall time is all of train(); the step time is the median of 3, 4, 5, 3, 4, 5, ... (9 threes) = 4
+    assert lines[0] == "done: 25 steps in 2 min 55 s, 4.0 s per training step (median)"
+    assert lines[1] == "reward 0 (mean of steps 1–10) → 1 (steps 16–25)"  # hand-computed windows
+    assert lines[2] == "eval accuracy 0.87 at step 10 → 1.00 at step 25"
     assert "checkpoint-10, checkpoint-20" in text and f"final model: {tmp_path}/" in text
-    assert lines[-3:] == ["    visualdl --logdir vdl_log", f"    python -m ppokit.tracking.report {tmp_path}",
+    assert lines[-3:] == ["    visualdl --logdir vdl_log --component_tabs scalar text hyper_parameters",
+                          f"    python -m ppokit.tracking.report {tmp_path}",
                           f"    python -m ppokit.eval --model {tmp_path} --data data/arithmetic/test.jsonl --n 4"]
+
+
+def test_run_summary_of_one_eval_and_of_two_steps(tmp_path):
+    history = [{"step": 1, "reward/mean": 0.25}, {"step": 2, "reward/mean": 0.5, "eval/accuracy": 0.533}]
+    lines = console.run_summary(history, tmp_path, 9.0).splitlines()
+    assert lines[:3] == ["done: 2 steps in 9 s", "reward 0.25 at step 1 → 0.5 at step 2",
+                         "eval accuracy 0.533 at step 2"]
 
 
 @pytest.fixture(scope="module")
@@ -108,28 +118,34 @@ def test_cli_console_from_start_to_end(tiny_config):
     err = done.stderr
     for noise in ("-laio", "collect2", "Setting accelerator", "DeepSpeed config", "use_fusemt", "built successfully"):
         assert noise not in err + done.stdout, noise  # DeepSpeed's probes and config are not the user's business
-    lines = [line.rsplit("\r", 1)[-1] for line in err.splitlines()]
-    stages = [line for line in lines if re.fullmatch(r"ppokit: .+… \d+\.\d s", line)]
+    assert "\r" not in err  # stderr is a pipe: plain lines, no bar frames
+    lines = err.splitlines()
+    stages = [line for line in lines if line.startswith("ppokit: ") and "…" in line]  # each stage once, timed
+    assert all(re.fullmatch(r"ppokit: .+… \d+\.\d s", line) for line in stages), stages
     model = json.loads(tiny_config.read_text())["actor_model_name_or_path"]
     assert [s.split("…")[0] for s in stages] == [
         "ppokit: starting the process group (DeepSpeed)", f"ppokit: loading {model}",
         "ppokit: reading the prompts", "ppokit: building the DeepSpeed engine (ZeRO stage 0, cpu)"]
-    steps = [line for line in lines if "ppokit: step" in line]  # after the bar's "\r" clear: own lines
+    steps = [line for line in lines if "ppokit: step" in line]
     assert len(steps) == 2 and all(STEP_LINE.match(line) for line in steps), steps  # never glued to the bar
     summary = err[err.index("ppokit: done: 2 steps in"):].splitlines()
-    assert summary[1].startswith("ppokit: reward ") and "(first step) →" in summary[1]
+    assert re.fullmatch(r"ppokit: done: 2 steps in \d+ s, \d+\.\d s per training step \(median\)", summary[0])
+    rows = [json.loads(line) for line in (tiny_config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
+    rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
+    assert summary[1] == f"ppokit: reward {rewards[0]:.3g} at step 1 → {rewards[1]:.3g} at step 2"  # the file's
     assert any(line.startswith("ppokit: checkpoints: checkpoint-2 in ") for line in summary)  # save_total_limit: 1
     assert summary[-2:][0].strip().startswith("ppokit:     python -m ppokit.tracking.report")
-    rows = [json.loads(line) for line in (tiny_config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["memory/rss_gb"] > 0 for r in rows if "reward/mean" in r)  # memory is logged, not only shown
 
 
-def test_plain_python_train_prints_the_same_step_lines(tiny_config):
+def test_plain_python_train_with_disable_tqdm_prints_the_step_lines_and_the_summary(tiny_config):
+    """disable_tqdm (set by many PaddleNLP files) is about the bar: the step lines and the summary stay."""
     code = ("from ppokit import Session\n"
-            f"Session.from_json({str(tiny_config)!r}, output_dir='out2', save_strategy='no').train()\n")
+            f"Session.from_json({str(tiny_config)!r}, output_dir='out2', save_strategy='no', disable_tqdm=True)"
+            ".train()\n")
     done = run([sys.executable, "-c", code], tiny_config.parent)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [line.rsplit("\r", 1)[-1] for line in done.stderr.splitlines()]
+    lines = done.stderr.splitlines()
     steps = [line for line in lines if "ppokit: step" in line]
     assert len(steps) == 2 and all(STEP_LINE.match(line) for line in steps), done.stderr[-2000:]
     assert "ppokit: done: 2 steps in" in done.stderr

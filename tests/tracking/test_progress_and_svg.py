@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+
+import pytest
+
 from ppokit.tracking import ConsoleProgress, format_summary, render_samples_markdown
 from ppokit.tracking.svg import Series, bar_chart, line_chart, nice_ticks
 
@@ -26,7 +30,8 @@ def test_format_summary_leaves_out_what_was_not_logged():
     assert format_summary(3, {"timing/step_s": 2.0, "timing/rollout_s": 1.5}) == "step 3 | 2.0s/step"
 
 
-def test_console_progress_writes_bar_and_summary(capsys):
+def test_console_progress_writes_bar_and_summary(capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)  # as in a terminal
     with ConsoleProgress(total=4, desc="train") as bar:
         for step in range(1, 5):
             bar.update(step, {"reward/mean": step / 4})
@@ -34,6 +39,16 @@ def test_console_progress_writes_bar_and_summary(capsys):
     err = capsys.readouterr().err
     assert "train" in err and "4/4" in err and "reward=1" in err
     assert "step 4/4 | reward 1" in err
+
+
+@pytest.mark.parametrize("bar", [True, False])
+def test_without_a_terminal_or_with_disable_tqdm_only_the_step_lines_are_written(capsys, bar):
+    with ConsoleProgress(total=4, desc="train", bar=bar) as progress:  # capsys: stderr is not a terminal
+        for step in range(1, 5):
+            progress.update(step, {"reward/mean": step / 4})
+            progress.write(format_summary(step, {"reward/mean": step / 4}, total=4))
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"step {s}/4 | reward {s / 4:.3g}" for s in range(1, 5)]  # no bar frames
 
 
 def test_disabled_progress_prints_nothing(capsys):

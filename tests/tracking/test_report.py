@@ -147,10 +147,66 @@ def test_module_entry_point(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert target.read_text().startswith("<!DOCTYPE html>")
+    assert done.stderr == ""  # no runpy "found in sys.modules" RuntimeWarning: the module is imported once
     failed = subprocess.run(
-        [sys.executable, "-m", "ppokit.tracking.report", str(tmp_path)], capture_output=True, text=True
+        [sys.executable, "-W", "error", "-m", "ppokit.tracking.report", str(tmp_path)], capture_output=True,
+        text=True
     )
-    assert failed.returncode == 2 and "metrics.jsonl" in failed.stderr
+    assert failed.returncode == 2 and "metrics.jsonl" in failed.stderr and "Warning" not in failed.stderr
+
+
+def test_two_reward_functions_get_their_chart(tmp_path):
+    rows = [{"step": s, "reward/mean": s / 2, "reward/rule": s / 4, "reward/format": s / 4} for s in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = build_report(tmp_path).read_text()
+    functions = page[page.index('aria-label="Reward by function"'):]
+    functions = functions[: functions.index("</svg>")]
+    assert "reward/rule" in functions and "reward/format" in functions
+    assert 'stroke-dasharray="7 4"' in functions  # the second line is dashed: equal values stay visible
+
+
+def test_identical_eval_metrics_share_one_chart_and_a_constant_is_a_sentence(tmp_path):
+    rows = [{"step": s, "eval/mean@1": a, "eval/pass@1": a, "eval/maj@1": a, "eval/accuracy": a,
+             "eval/prompts": 30.0} for s, a in ((10, 0.8), (20, 0.9), (30, 1.0))]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = build_report(tmp_path).read_text()
+    evaluation = page[page.index("<h2>Evaluation</h2>"):]
+    evaluation = evaluation[: evaluation.index("<h2>", 5)]
+    assert evaluation.count("<svg") == 1
+    assert 'aria-label="eval/mean@1 (= pass@1, maj@1, accuracy)"' in evaluation
+    assert "evaluated at steps 10, 20, 30; eval/prompts 30 at every evaluation" in evaluation
+
+
+def test_the_top_names_model_algorithm_data_and_shape_and_the_arguments_put_changes_first(tmp_path):
+    from ppokit.args import load_arguments
+
+    args = load_arguments(None, overrides=dict(
+        actor_model_name_or_path="smollm2-135m-instruct", train_datasets="data/arithmetic/train.jsonl",
+        eval_datasets="data/arithmetic/test.jsonl", rl_algorithm="grpo", global_batch_size=8, rollout_n=4,
+        global_mini_batch_size=8, per_device_train_batch_size=16, max_steps=30, learning_rate=2e-5,
+        use_rule_reward=True, do_eval=True, eval_steps=10, output_dir=str(tmp_path / "out"),
+        logging_dir=str(tmp_path / "vdl")))
+    from ppokit.args.batch import batch_plan
+
+    out = tmp_path / "out"
+    with Tracker(out, logging_dir=tmp_path / "vdl") as t:
+        t.log_hparams(args, plan=batch_plan(args))
+        t.log(30, {"reward/mean": 1.0})
+    state = json.loads((out / "tracking_state.json").read_text())
+    state["wall_s"] = 175.0  # as a run of 2 min 55 s leaves it
+    (out / "tracking_state.json").write_text(json.dumps(state))
+    page = build_report(out).read_text()
+    top = page[: page.index("<h2>")]
+    assert ("GRPO on smollm2-135m-instruct · data data/arithmetic/train.jsonl (eval data/arithmetic/test.jsonl) · "
+            "rule rewards · 30 steps × 8 prompts × 4 responses (32 sequences per step, 1 optimizer step each)") in top
+    assert "2 min 55 s (from the start of training" in top and "finished" in top
+    arguments = page[page.index("<h2>Arguments</h2>"):]
+    groups = re.findall(r"<h3>(\w+) <small>", arguments)
+    assert groups[:4] == ["model", "data", "algorithm", "optimisation"]
+    optimisation = arguments[arguments.index("<h3>optimisation"):]
+    first_rows = re.findall(r"<tr><td><b>([^<]+)</b></td><td>([^<]*)</td><td>([^<]*)</td>", optimisation)
+    assert ("learning_rate", "2e-05", "5e-05") in first_rows[:6]  # changed: value and default side by side
+    assert ">stage<" not in page and "no effect here: " in page  # "stage PPO" is informational only
 
 
 def test_flat_kl_gets_a_note_counts_leave_the_reward_functions_and_the_band_stays_in_range(tmp_path):
@@ -162,9 +218,8 @@ def test_flat_kl_gets_a_note_counts_leave_the_reward_functions_and_the_band_stay
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     page = build_report(tmp_path).read_text()
     assert html.escape(KL_OFF_NOTE) in page
-    functions = page[page.index('aria-label="Reward by function"'):]
-    functions = functions[: functions.index("</svg>")]
-    assert "reward/rule" in functions and "skipped_groups" not in functions and "raw_mean" not in functions
+    assert 'aria-label="Reward by function"' not in page  # one reward function: its chart would copy the mean
+    assert "reward/rule, reward/raw_mean equal reward/mean at every step" in page
     assert "<td>reward/skipped_groups</td>" in page  # the count is listed with the other metrics
     by_step = page[page.index('aria-label="Reward by step"'):]
     by_step = by_step[: by_step.index("</svg>")]

@@ -188,3 +188,49 @@ def test_report_to_empty_still_writes_jsonl(dirs):
         t.log(1, {"x": math.pi})
     assert jsonl_rows(out / "metrics.jsonl")[0]["x"] == math.pi
     assert not vdl.exists()
+
+
+def test_the_run_clock_starts_at_start_clock_and_its_end_is_recorded(dirs, monkeypatch):
+    from ppokit.tracking import tracker
+
+    now = [100.0]  # a fake monotonic clock, moved by hand
+    monkeypatch.setattr(tracker.time, "monotonic", lambda: now[0])
+    out, vdl = dirs
+    t = Tracker(out, logging_dir=vdl)  # opened early (set-up), which does not count
+    now[0] = 130.0
+    t.start_clock()  # train() starts
+    now[0] = 140.0
+    t.log(1, {"reward/mean": 0.5})
+    t.start_clock()  # too late (a step was logged): the clock keeps running
+    now[0] = 150.0
+    t.log(2, {"reward/mean": 0.6})
+    now[0] = 160.0
+    t.close()
+    rows = jsonl_rows(out / "metrics.jsonl")
+    state = json.loads((out / "tracking_state.json").read_text())
+    assert [r["time"] for r in rows] == [10.0, 20.0] and state["wall_s"] == 30.0
+    assert state["started_at"].endswith("+00:00")
+    now[0] = 500.0
+    with Tracker(out, logging_dir=vdl, resume_step=2) as again:  # a resume keeps the run's start
+        again.start_clock()  # continues from the last row's 20 s, not from 0
+        now[0] = 505.0
+        again.log(3, {"reward/mean": 0.7})
+    assert jsonl_rows(out / "metrics.jsonl")[-1]["time"] == 25.0
+    assert json.loads((out / "tracking_state.json").read_text())["started_at"] == state["started_at"]
+
+
+def test_a_pydantic_model_records_its_defaults_and_the_keys_without_effect(dirs):
+    pydantic = pytest.importorskip("pydantic")
+
+    class Args(pydantic.BaseModel):
+        learning_rate: float = pydantic.Field(1e-6, description="Actor learning rate.")
+        stage: str = pydantic.Field("PPO", description="Training-stage label (informational only).")
+        tags: list = pydantic.Field(default_factory=list, description="PaddleNLP tags; no effect in ppokit.")
+
+    out, vdl = dirs
+    with Tracker(out, logging_dir=vdl) as t:
+        t.log_hparams(Args(learning_rate=2e-5), plan={"prompts_per_step": 8, "rollout_n": 4})
+    info = json.loads((out / "args_info.json").read_text())
+    assert info == {"defaults": {"learning_rate": 1e-6, "stage": "PPO", "tags": []}, "no_effect": ["stage", "tags"],
+                    "plan": {"prompts_per_step": 8, "rollout_n": 4}}
+    assert json.loads((out / "args.json").read_text()) == {"learning_rate": 2e-5, "stage": "PPO", "tags": []}

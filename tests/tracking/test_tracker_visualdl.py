@@ -6,7 +6,7 @@ import sys
 import types
 
 import pytest
-from tracking_helpers import jsonl_rows, read_vdl, vdl_files, vdl_scalars
+from tracking_helpers import jsonl_rows, read_vdl, vdl_files, vdl_scalars, vdl_tags
 
 from ppokit.tracking import Tracker
 
@@ -41,11 +41,26 @@ def test_samples_become_visualdl_text(dirs):
     with Tracker(out, logging_dir=vdl) as t:
         t.log_samples(7, rows)
     reader = read_vdl(vdl_files(vdl)[0])
-    texts = [reader.get_data("text", f"samples/{i}") for i in (1, 2, 3, 4)]  # one tag per sample, 4 shown
+    texts = [reader.get_data("text", f"samples/{i} · from step 7") for i in (1, 2, 3, 4)]  # a tag per sample
     assert [[r.id for r in records] for records in texts] == [[7]] * 4
     fourth = texts[3][0].text.encoded_text_string  # VisualDL folds newlines: one line, facts first
     assert fourth == "reward 0.3 · reward/rule 0.3 · Q: question 3? · A: answer 3"
-    assert "samples/5" not in reader.tags().get("text", [])
+    assert len(vdl_tags(vdl_files(vdl)[0], "text")) == 4
+
+
+def test_every_logged_step_keeps_its_samples_in_tags_of_ten_steps(dirs):
+    """The VisualDL server keeps 10 texts per tag: 25 logged steps fill three tags per sample, none dropped."""
+    out, vdl = dirs
+    with Tracker(out, logging_dir=vdl) as t:
+        for step in range(2, 52, 2):  # 25 logged steps
+            t.log(step, {"reward/mean": 1.0})
+            t.log_samples(step, [{"prompt": "p", "response": f"answer at {step}", "reward": 1.0}])
+    reader = read_vdl(vdl_files(vdl)[0])
+    tags = vdl_tags(vdl_files(vdl)[0], "text")
+    assert tags == ["samples/1 · from step 2", "samples/1 · from step 22", "samples/1 · from step 42"]
+    steps = [[r.id for r in reader.get_data("text", tag)] for tag in tags]
+    assert steps == [list(range(2, 22, 2)), list(range(22, 42, 2)), list(range(42, 52, 2))]
+    assert all(len(s) <= 10 for s in steps)
 
 
 def test_hparams_keep_only_scalar_entries(dirs):
@@ -59,7 +74,81 @@ def test_hparams_keep_only_scalar_entries(dirs):
     assert set(infos) == {"learning_rate", "max_steps", "rl_algorithm"}
     assert infos["learning_rate"].float_value == pytest.approx(1e-6)
     assert infos["max_steps"].int_value == 20 and infos["rl_algorithm"].string_value == "grpo"
-    assert "train/reward/mean" in [m.name for m in record.hparam.metricInfos]
+    assert "1 reward/mean" in [m.name for m in record.hparam.metricInfos]
+
+
+def test_scalars_come_before_the_hparams_so_visualdl_opens_on_the_charts(dirs):
+    """VisualDL opens on the first component of the record file (after its meta data)."""
+    from visualdl.proto import record_pb2
+    from visualdl.reader.record_reader import RecordReader
+
+    out, vdl = dirs
+    with Tracker(out, logging_dir=vdl) as t:
+        t.log_hparams({"learning_rate": 1e-6})  # the Session logs its arguments first
+        t.log(1, {"reward/mean": 0.5, "actor/kl": 0.1})
+        t.log(2, {"reward/mean": 0.6})
+    kinds = []
+    for raw in RecordReader(filepath=str(vdl_files(vdl)[0])).get_all():
+        record = record_pb2.Record()
+        record.ParseFromString(raw)
+        kinds += [(v.WhichOneof("one_value"), v.tag) for v in record.values]
+    kinds = [k for k in kinds if k[0] != "meta_data"]
+    assert kinds[:3] == [("value", "1 reward/mean"), ("value", "4 actor/kl"), ("hparam", "hparam")]
+
+
+def test_hparams_of_a_run_without_scalars_are_written_at_close(dirs):
+    out, vdl = dirs
+    with Tracker(out, logging_dir=vdl) as t:
+        t.log_hparams({"learning_rate": 1e-6})
+    assert read_vdl(vdl_files(vdl)[0]).get_data("hyper_parameters", "hparam")
+
+
+def test_groups_sort_with_the_reward_first_and_copies_are_not_written(dirs):
+    out, vdl = dirs
+    with Tracker(out, logging_dir=vdl) as t:
+        for step in (1, 2, 3):
+            t.log(step, {"actor/kl": 0.1, "critic/value_loss": 1.0, "timing/step_s": 2.0, "kl/beta": 0.1,
+                         "reward/mean": step / 4, "reward/rule": step / 4, "reward/raw_mean": step / 4,
+                         "reward/std": 0.1, "memory/rss_gb": 1.0, "eval/accuracy": 0.5, "eval/pass@1": 0.5,
+                         "eval/pass@4": 0.75, "eval/mean@4": 0.5})
+    tags = vdl_tags(vdl_files(vdl)[0], "scalar")
+    groups = list(dict.fromkeys(t.split("/")[0] for t in tags))
+    assert sorted(groups, key=str.upper) == ["1 reward", "2 eval", "4 actor", "5 critic", "6 kl", "7 timing",
+                                            "memory"]  # VisualDL's order (it opens the first)
+    assert [t for t in tags if t.startswith("1 reward")] == ["1 reward/mean", "1 reward/std"]  # no copies
+    assert sorted(t for t in tags if t.startswith("2 eval")) == ["2 eval/accuracy", "2 eval/mean@4", "2 eval/pass@4"]
+
+
+def test_two_reward_functions_are_written_even_while_they_equal_the_mean(dirs):
+    out, vdl = dirs
+    with Tracker(out, logging_dir=vdl) as t:
+        t.log(1, {"reward/mean": 0.0, "reward/rule": 0.0, "reward/format": 0.0})
+    tags = vdl_tags(vdl_files(vdl)[0], "scalar")
+    assert sorted(tags) == ["1 reward/format", "1 reward/mean", "1 reward/rule"]
+
+
+def test_a_copy_that_starts_to_differ_is_written_with_its_whole_history(dirs):
+    out, vdl = dirs
+    with Tracker(out, logging_dir=vdl) as t:
+        for step, clipped in ((1, 0.5), (2, 0.75), (3, 1.0)):
+            t.log(step, {"reward/mean": min(clipped, 0.9), "reward/raw_mean": clipped})
+    path = vdl_files(vdl)[0]
+    assert vdl_scalars(path, "reward/raw_mean") == [(1, 0.5), (2, 0.75), (3, 1.0)]
+    assert vdl_scalars(path, "reward/mean") == [(1, 0.5), (2, 0.75), (3, pytest.approx(0.9))]
+
+
+def test_each_run_writes_its_own_folder_named_after_the_run(tmp_path):
+    from visualdl import LogReader
+
+    vdl = tmp_path / "vdl_log"
+    for out, name in ((tmp_path / "grpo", None), (tmp_path / "grpo", None), (tmp_path / "x", "my/run")):
+        with Tracker(out, logging_dir=vdl, run_name=name) as t:
+            t.log(1, {"reward/mean": 1.0})
+    folders = sorted(str(p.parent.relative_to(vdl)) for p in vdl_files(vdl))
+    assert folders == ["grpo", "grpo-2", "my/run"]  # a second run of a name does not overwrite the first
+    assert sorted(LogReader(logdir=str(vdl)).logs()) == sorted(str(vdl / f) for f in folders)  # three runs
+    with Tracker(tmp_path / "p", logging_dir=None) as t:  # PaddleNLP's default: output_dir/runs/<date>_<host>
+        assert t.run_dir.parent == tmp_path / "p" / "runs"
 
 
 def test_resume_carries_visualdl_history_into_the_new_file(dirs):
@@ -74,16 +163,28 @@ def test_resume_carries_visualdl_history_into_the_new_file(dirs):
         new_file = t.visualdl_file
     files = vdl_files(vdl)
     assert len(files) == 2 and str(files[-1]) == new_file  # VisualDL shows the newest file
+    assert files[0].parent == files[1].parent == vdl / "out"  # the resume continues the run's own folder
     assert vdl_scalars(files[-1], "reward/mean") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
-    texts = read_vdl(files[-1]).get_data("text", "samples/1")
+    texts = read_vdl(files[-1]).get_data("text", "samples/1 · from step 2")
     assert [r.id for r in texts] == [2] and "early" in texts[0].text.encoded_text_string
     # what `visualdl --logdir` serves: the newest file of the run directory
     from visualdl import LogReader
 
     server_view = LogReader(logdir=str(vdl))
-    assert server_view.logs() == {str(vdl): files[-1].name}
-    served = server_view.get_log_data("scalar", str(vdl), "train%reward%mean")  # VisualDL's internal tag form
+    assert server_view.logs() == {str(vdl / "out"): files[-1].name}
+    served = server_view.get_log_data("scalar", str(vdl / "out"), "1 reward%mean")  # VisualDL's internal form
     assert [(step, value) for step, _, _, value in served] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
+
+
+def test_a_resume_keeps_the_history_of_copies_held_back_before_it(dirs):
+    out, vdl = dirs
+    with Tracker(out, logging_dir=vdl) as t:
+        for step in (1, 2, 3):
+            t.log(step, {"reward/mean": float(step), "reward/rule": float(step)})
+    with Tracker(out, logging_dir=vdl, resume_step=2) as t:
+        t.log(3, {"reward/mean": 3.0, "reward/rule": 30.0})  # now it differs: written from step 1
+    assert vdl_scalars(vdl_files(vdl)[-1], "reward/rule") == [(1, 1.0), (2, 2.0), (3, 30.0)]
+    assert vdl_scalars(vdl_files(vdl)[-1], "reward/mean") == [(1, 1.0), (2, 2.0), (3, 3.0)]
 
 
 def test_resume_after_a_crash_mid_record_keeps_the_intact_history(dirs, capsys):
@@ -140,7 +241,7 @@ def test_tensorboard_writer_receives_scalars_and_purges_on_resume(dirs, monkeypa
     out, vdl = dirs
     with Tracker(out, logging_dir=vdl, report_to=["tensorboard"], resume_step=4) as t:
         t.log(5, {"reward/mean": 0.5, "bad": float("nan")})
-    assert calls == [("init", str(vdl), 5), ("scalar", "reward/mean", 0.5, 5), ("close",)]
+    assert calls == [("init", str(vdl / "out"), 5), ("scalar", "reward/mean", 0.5, 5), ("close",)]
 
 
 def test_wandb_missing_is_a_note_and_present_is_used(dirs, capsys, monkeypatch):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 
 def vdl_files(logdir: Path) -> list[Path]:
-    """VisualDL record files in a directory, oldest first (VisualDL shows the last one)."""
-    return sorted(p for p in Path(logdir).iterdir() if "vdlrecords" in p.name)
+    """VisualDL record files under a logging_dir (in the runs' folders), oldest first (VisualDL shows the last)."""
+    return sorted(Path(logdir).rglob("vdlrecords*"), key=lambda p: p.name)
 
 
 def read_vdl(path: Path):
@@ -19,8 +19,16 @@ def read_vdl(path: Path):
 
 def vdl_scalars(path: Path, tag: str) -> list[tuple[int, float]]:
     """(step, value) pairs of a scalar tag in a record file."""
-    return [(rec.id, rec.value) for rec in read_vdl(path).get_data("scalar", "train/" + tag)]  # VisualDL: train/*
+    from ppokit.tracking.vdl import visualdl_tag
+
+    return [(rec.id, rec.value) for rec in read_vdl(path).get_data("scalar", visualdl_tag(tag))]  # "1 reward/mean"
 
 
 def jsonl_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+def vdl_tags(path: Path, component: str) -> list[str]:
+    """The tags of one component ("scalar", "text") in a record file, in the order they were first written."""
+    prefix = str(path) + "/"
+    return [key[len(prefix):].replace("%", "/") for key, kind in read_vdl(path).tags().items() if kind == component]

@@ -112,24 +112,37 @@ def test_outside_a_notebook_the_table_prints_as_text(batch, monkeypatch):
     assert "<table" in table._repr_html_()  # a notebook without ipywidgets renders it as HTML
 
 
-def test_in_a_notebook_the_controls_redraw_a_static_html_table(batch, monkeypatch, displayed):
+def test_in_a_notebook_one_output_holds_the_controls_and_becomes_the_static_table(batch, monkeypatch, displayed):
     pytest.importorskip("ipywidgets")
     monkeypatch.setattr(widgets, "in_notebook", lambda: True)
+    events = []
+    shell = SimpleNamespace(events=SimpleNamespace(register=lambda name, f: events.append((name, f)),
+                                                   unregister=lambda name, f: events.remove((name, f))))
+    monkeypatch.setattr("IPython.get_ipython", lambda: shell)
     table = widgets.show_batch(batch)
     table._ipython_display_()
-    controls, static = displayed  # the controls widget, then the table as a plain HTML output
-    assert set(static) == {"text/html", "text/plain"} and order_in(static["text/html"], [">7<", "&lt;b&gt;8"]) \
-        == [">7<", "&lt;b&gt;8"]
+    (live,) = displayed  # one output: the widget, with the static table as its fallback
+    assert "application/vnd.jupyter.widget-view+json" in live and "<table" in live["text/html"]
+    assert order_in(live["text/html"], [">7<", "&lt;b&gt;8"]) == [">7<", "&lt;b&gt;8"]
+    controls = table.controls
     assert controls.sort.value == "reward" and "length" in controls.sort.options
     assert "#" not in controls.sort.options and "group" not in controls.sort.options
     controls.sort.value = "length"
-    latest = table.handle.objects[-1]["text/html"]
-    assert order_in(latest, [LONG[:40], "&lt;b&gt;8", ">nine<", ">7<"])[0] == LONG[:40]
+    assert order_in(controls.table.value, [LONG[:40], "&lt;b&gt;8", ">nine<", ">7<"])[0] == LONG[:40]
     controls.order.value = "ascending"
-    latest = table.handle.objects[-1]["text/html"]
-    assert order_in(latest, [LONG[:40], ">7<"]) == [">7<", LONG[:40]]
-    bundle = controls._repr_mimebundle_()  # reopened without a kernel: a sentence, not `HBox(children=...`
-    assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["text/plain"].startswith("(sort")
+    assert order_in(controls.table.value, [LONG[:40], ">7<"]) == [">7<", LONG[:40]]
+    [(name, freeze)] = events
+    assert name == "pre_run_cell"
+    freeze(None)  # the next cell starts: the output becomes the table as last sorted, the controls close
+    final = table.handle.objects[-1]
+    assert set(final) == {"text/html", "text/plain"} and order_in(final["text/html"], [LONG[:40], ">7<"]) == \
+        [">7<", LONG[:40]]
+    assert controls.sort.comm is None and table.controls is None and events == []  # closed: not saved
+
+
+def test_table_text_wraps_between_words():
+    page = widgets.rows_html([{"#": 0, "prompt": "a " * 200, "reward": 1.0}])
+    assert page.count("word-break:normal;overflow-wrap:break-word") >= 2  # not Jupyter's break-all
 
 
 def test_without_ipywidgets_the_notebook_gets_an_html_table(batch, monkeypatch):
