@@ -63,7 +63,7 @@ def main(spec_path: str) -> None:
     stats = session.update(half)
     local = {**stats, **batch_metrics(half)}
     result = {
-        "world": world, "rank": rank, "rows": len(half), "plan": dataclasses.asdict(session.plan),
+        "world": world, "rank": rank, "rows": len(half), "plan": dataclasses.asdict(session.plan.batch),
         "params": parameters(session.model), "rollout_params": rollout_weights(session),
         "local_metrics": local, "metrics": gather_metrics(local, half),
         "reference_frozen": reference_frozen(session.state.policy.reference),
