@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))
 import fake_vllm  # noqa: E402
 from dist_helpers import distinct_chars, update_overrides  # noqa: E402
 
-sys.modules["vllm"] = fake_vllm.make_module()
+fake_vllm.register(fake_vllm.make_module())
 
 from ppokit.args import load_arguments  # noqa: E402
 from ppokit.session import Session  # noqa: E402
