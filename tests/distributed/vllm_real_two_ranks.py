@@ -1,6 +1,6 @@
 """Run under torchrun by test_vllm_real_two_ranks.py: each of 2 ranks builds the real vLLM engine
-(`external_launcher`, rollout tensor-parallel degree TP), generates its own prompts, takes an optimizer
-step on its own model, syncs the weights and generates again. Writes OUT_DIR/rank<r>.json (or, when vLLM
+(`external_launcher`, rollout tensor-parallel degree TP: 1 = two data-parallel engines, 2 = one TP group of
+two engines), generates its own prompts, takes an optimizer step, syncs the weights and generates again. Writes OUT_DIR/rank<r>.json (or, when vLLM
 refuses the layout, the refusal).
 
     python -m torch.distributed.run --nproc_per_node 2 vllm_real_two_ranks.py MODEL OUT_DIR TP
@@ -46,13 +46,19 @@ def main(model_dir: str, out_dir: str, tp: str) -> None:
     sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=8)
     out = engine.generate([prompt], sampling)
     report.update(responses=out.response_ids, diff_before=mean_diff(model, prompt, out))
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3 * (rank + 1))  # the ranks' models differ now
+    # Data-parallel engines (TP 1) get different models; the members of a TP group hold one model split
+    # between them, so they train the same one: gradients averaged, as data-parallel training does.
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3 * (rank + 1 if int(tp) == 1 else 1))
     ids = torch.tensor([prompt + out.response_ids[0]])
     model(ids, labels=ids).loss.backward()
+    if int(tp) > 1:
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world
     optimizer.step()
     engine.update_weights(model)
     again = engine.generate([prompt], sampling)
-    report.update(diff_after=mean_diff(model, prompt, again), threads=torch.get_num_threads())
+    report.update(diff_after=mean_diff(model, prompt, again), tp=engine.group.size)
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(report))
     dist.barrier()
 
