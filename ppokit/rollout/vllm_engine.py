@@ -69,6 +69,10 @@ class VLLMRolloutEngine:
             log.warning("vLLM has no sleep mode on this platform: its weights and KV cache stay allocated during "
                         "the update.")
         llm_kwargs = {**llm_kwargs, "enable_sleep_mode": self.can_sleep}
+        if _on_cpu():
+            # torch.compile of the model takes minutes at every start on CPU (its cache did not reload in vLLM
+            # 0.32: "Compiling model again due to a load failure"); eager generation starts in seconds
+            llm_kwargs.setdefault("enforce_eager", True)
         self.dtype = _torch_dtype(llm_kwargs.get("dtype"))
         self._seeds = random.Random(llm_kwargs.get("seed", 0))  # per-request seeds of unseeded (training) rollouts
         with trainer_threads_kept():
@@ -177,6 +181,12 @@ def _sleep_mode_available() -> bool:
     from vllm.platforms import current_platform
 
     return current_platform.is_sleep_mode_available()
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
 
 
 def _torch_dtype(name: str | None):

@@ -143,7 +143,8 @@ def make_module(sleep_mode: bool = True) -> types.ModuleType:
     module.SamplingParams = SamplingParams
     module.__spec__ = types.SimpleNamespace(name="vllm")  # importlib.util.find_spec finds it
     module.platforms = types.ModuleType("vllm.platforms")
-    module.platforms.current_platform = types.SimpleNamespace(is_sleep_mode_available=lambda: sleep_mode)
+    module.platforms.current_platform = types.SimpleNamespace(is_sleep_mode_available=lambda: sleep_mode,
+                                                              is_cpu=lambda: not sleep_mode)
     LLM.instances = []
     return module
 

@@ -172,6 +172,7 @@ def test_without_a_sleep_mode_the_engine_stays_awake_and_says_so(monkeypatch, ca
     engine = engine_for(0, 1, arguments(), None)
     llm = vllm.LLM.instances[0]
     assert llm.kwargs["enable_sleep_mode"] is False and not engine.can_sleep
+    assert llm.kwargs["enforce_eager"] is True  # the fake platform without sleep mode is a CPU
     assert "no sleep mode on this platform" in caplog.text
     engine.update_weights(MODEL)
     engine.generate([[5, 6]], SamplingParams(n=1, temperature=1.0, max_new_tokens=4))

@@ -13,7 +13,7 @@ needs_vllm = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason=
 # vLLM's CPU attention has no kernel for head_dim 16 (the tiny default): hidden 128 / 4 heads = 32.
 TINY = dict(arch="llama", seed=0, hidden=128)
 # LLM(...) overrides for tests: a small KV cache (on CPU it is RAM: gpu_memory_utilization would take half of it),
-# no torch.compile / CUDA graphs (start-up time)
+# no torch.compile / CUDA graphs (start-up time; the engine sets that itself on CPU)
 SMALL = dict(kv_cache_memory_bytes=64 << 20, enforce_eager=True)
 
 
