@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.ppokit-installed
 CONFIG ?= config/grpo_argument.json
 
-.PHONY: setup run test test-slow test-vllm lint clean
+.PHONY: setup run test test-slow test-vllm test-vllm-slow lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,8 +43,12 @@ $(VSTAMP): pyproject.toml
 
 # the tests marked vllm, and the decoding loop on the transformers this venv has (vLLM pins <5.20)
 test-vllm: $(VSTAMP)
-	$(VBIN)/python -m pytest -q -m vllm $(ARGS)
+	$(VBIN)/python -m pytest -q -m 'vllm and not slow' $(ARGS)
 	$(VBIN)/python -m pytest -q tests/rollout/test_rollout_decode.py tests/rollout/test_rollout_hf.py
+
+# GRPO on the bundled model with --rollout_engine vllm against the hf engine (two 10-step runs)
+test-vllm-slow: $(VSTAMP)
+	$(VBIN)/python -m pytest -q -m 'vllm and slow' $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
