@@ -167,6 +167,18 @@ def test_sleep_wake_and_weight_sync_order(vllm):
     assert not llm.problems
 
 
+def test_the_caching_allocator_is_emptied_before_every_wake_up(vllm, monkeypatch):
+    engine = engine_for(0, 1, arguments(), None)
+    llm = vllm.LLM.instances[0]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine, as far as the engine can tell
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: llm._log("empty_cache"))
+    for _ in range(2):
+        engine.update_weights(MODEL)
+        engine.generate([[5, 6]], SamplingParams(n=1, temperature=1.0, max_new_tokens=4))
+    events = [e for e, _ in llm.events if e in ("empty_cache", "wake_up", "generate")]
+    assert events == ["empty_cache", "wake_up", "wake_up", "generate"] * 2  # the update's activations freed first
+
+
 def test_without_a_sleep_mode_the_engine_stays_awake_and_says_so(monkeypatch, caplog):
     vllm = fake_vllm.install(monkeypatch, sleep_mode=False)
     engine = engine_for(0, 1, arguments(), None)
