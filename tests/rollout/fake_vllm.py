@@ -6,7 +6,7 @@ reset_prefix_cache / generate) tagged with the thread that made it (tests run on
 simulated rank). Like the real engine it refuses to generate while asleep and to load weights
 while its weights sleep.
 
-Generation is deterministic: the k-th sample of prompt p is [p[0], p[-1], 100 + k + 1000 (seed % 1000), stop]
+Generation is deterministic: the k-th sample of prompt p is [p[0], p[-1], 100 + (k + seed) % 100, stop]
 (stop = the first stop token id; finish "stop"), cut to max_tokens (finish "length"); the log-prob
 of the token at position j is -(j + 1) / 10.
 """
@@ -127,7 +127,7 @@ class LLM:
 
 def _complete(prompt: list[int], k: int, kw: dict) -> CompletionOutput:
     stop = kw["stop_token_ids"][0]
-    tokens = [prompt[0], prompt[-1], 100 + k + (kw.get("seed") or 0) % 1000 * 1000, stop]
+    tokens = [prompt[0], prompt[-1], 100 + (k + (kw.get("seed") or 0)) % 100, stop]  # ids inside a tiny vocabulary
     cut = tokens[: kw["max_tokens"]]
     logprobs = None
     if kw.get("logprobs") is not None:
