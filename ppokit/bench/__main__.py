@@ -1,4 +1,6 @@
-"""`python -m ppokit.bench [CONFIG] [--steps N] [--warmup K] [--compare trl] [--out FILE.json] [--set key=value]`.
+"""`python -m ppokit.bench [CONFIG] [--steps N] [--warmup K] [--compare trl|vllm] [--out FILE.json] [--set key=value]`.
+
+`--compare vllm` times rollouts only: ppokit's decoding loop and vLLM on the same prompts (`--steps` batches).
 
 Without CONFIG the issue-14 work: config/grpo_argument.json (SmolLM2-135M-Instruct, single-digit
 addition through the chat template, 4 prompts x 8 samples, 32 new tokens, temperature 1, beta 0,
@@ -29,7 +31,9 @@ def parse(argv):
     p.add_argument("config", nargs="?", default=None, help=f"argument file (default {DEFAULT_CONFIG} + lr 1e-5)")
     p.add_argument("--steps", type=int, default=8, help="steps to run per trainer (default 8)")
     p.add_argument("--warmup", type=int, default=2, help="first steps left out of median/max (default 2)")
-    p.add_argument("--compare", choices=["trl"], default=None, help="also run TRL's GRPOTrainer on the same work")
+    p.add_argument("--compare", choices=["trl", "vllm"], default=None,
+                   help="trl: also run TRL's GRPOTrainer on the same work; vllm: rollouts of ppokit's decoding "
+                        "loop vs vLLM (tokens/s)")
     p.add_argument("--out", default="output/bench/results.json", help="JSON results file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--only", choices=["ppokit", "trl"], default=None, help="run one trainer only")
@@ -62,8 +66,27 @@ def run_worker(trainer: str, spec: dict, workdir: str) -> dict:
     return json.loads(out_path.read_text())
 
 
+def compare_vllm(ns) -> dict:
+    from ppokit.bench.rollout_compare import compare_rollout, format_rollout_table
+
+    with tempfile.TemporaryDirectory(prefix="ppokit-bench-") as workdir:
+        results = compare_rollout({"config": ns.config or DEFAULT_CONFIG, "overrides": overrides_from(ns, workdir)},
+                                  ns.steps)
+    table = format_rollout_table(results)
+    print(table)
+    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count()},
+              "results": results, "table": table}
+    Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(ns.out).write_text(json.dumps(report, indent=1, default=str))
+    print(f"results: {ns.out}")
+    return report
+
+
 def main(argv=None) -> dict:
     ns = parse(sys.argv[1:] if argv is None else argv)
+    if ns.compare == "vllm":
+        return compare_vllm(ns)
     trainers = [ns.only] if ns.only else ["ppokit"] + ([ns.compare] if ns.compare else [])
     with tempfile.TemporaryDirectory(prefix="ppokit-bench-") as workdir:
         config = ns.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)

@@ -3,8 +3,11 @@
 What it does that `model.generate` does not (each measured in docs/performance.md):
 - prefill once per prompt and copy its keys/values to the prompt's n samples (the samples of one
   prompt share it), instead of prefilling n identical copies;
-- a key/value cache preallocated for prompt + max_new_tokens, written in place (no `cat` per step);
-- attention in float32 through SDPA (a bf16 single-query attention is slow on CPU);
+- a key/value cache preallocated for prompt + max_new_tokens per batch of prompts (within a byte
+  budget), written in place (no `cat` per step);
+- attention through SDPA in the compute dtype (float32 on CPU: a bf16 single-query attention is slow
+  there), grouped-query heads folded into the query length (no `enable_gqa`, which with a mask forces
+  SDPA's math kernel);
 - exact sampling with one uniform number per row: inverse CDF over the (top-k / top-p masked)
   softmax instead of `torch.multinomial`, which draws an exponential per vocabulary entry;
 - rows that finished are dropped from the batch (their cache rows too), and the loop stops when
@@ -27,14 +30,14 @@ ATTENTION = "ppokit_decode"
 
 
 class KVCache:
-    """Keys/values of every layer, preallocated as (B, H_kv, max_len, D), filled in place.
+    """Keys/values of every layer, preallocated as (B, H_kv, max_len, D) in `dtype`, filled in place.
 
     Duck-types the part of transformers' `Cache` that the supported models call during a forward:
     `update(keys, values, layer_idx)` returns the keys/values of all positions so far, and
     `get_seq_length()`. `advance(q)` moves the write position after a forward of q positions.
     """
 
-    def __init__(self, num_layers: int, max_len: int, dtype: torch.dtype | None = None):
+    def __init__(self, num_layers: int, max_len: int, dtype: torch.dtype):
         self.max_len = max_len
         self.dtype = dtype
         self.keys: list[torch.Tensor | None] = [None] * num_layers
@@ -44,9 +47,9 @@ class KVCache:
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         if self.keys[layer_idx] is None:
             b, h, _, d = key_states.shape
-            dtype = self.dtype or key_states.dtype
-            self.keys[layer_idx] = key_states.new_zeros((b, h, self.max_len, d), dtype=dtype)
-            self.values[layer_idx] = value_states.new_zeros((b, h, self.max_len, value_states.shape[-1]), dtype=dtype)
+            self.keys[layer_idx] = key_states.new_zeros((b, h, self.max_len, d), dtype=self.dtype)
+            self.values[layer_idx] = value_states.new_zeros((b, h, self.max_len, value_states.shape[-1]),
+                                                            dtype=self.dtype)
         end = self.length + key_states.shape[2]
         self.keys[layer_idx][:, :, self.length : end] = key_states
         self.values[layer_idx][:, :, self.length : end] = value_states
@@ -65,16 +68,42 @@ class KVCache:
 
 
 def float32_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """SDPA in float32 (outside autocast) with a boolean mask (B, 1, q, kv), True = attend.
+    """SDPA in the cache's dtype (float32 on CPU: `cache_dtype`), outside autocast, with a boolean mask
+    (B, 1, q, kv), True = attend.
 
     query (B, H, q, D), key/value (B, H_kv, kv, D) -> ((B, q, H, D), None), as transformers expects.
+    Grouped-query heads are folded into the query length ((B, H_kv, G*q, D), the mask tiled G times)
+    rather than passed with `enable_gqa`: SDPA sends a mask together with `enable_gqa` to its math
+    kernel (a full float32 B x H x q x kv matrix), and expanding the cache's heads would copy it.
     """
+    b, h, q_len, d = query.shape
+    h_kv = key.shape[1]
+    group = h // h_kv
     with torch.autocast(device_type=query.device.type, enabled=False):
-        q, k, v = query.float(), key.float(), value.float()
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attention_mask, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
-        )
-    return out.transpose(1, 2).contiguous(), None
+        q = query.to(key.dtype).reshape(b, h_kv, group * q_len, d)
+        mask = attention_mask.repeat(1, 1, group, 1) if group > 1 else attention_mask
+        out = F.scaled_dot_product_attention(q, key, value.to(key.dtype), attn_mask=mask, scale=scaling)
+    return out.reshape(b, h, q_len, -1).transpose(1, 2).to(query.dtype).contiguous(), None
+
+
+def cache_dtype(model, device: torch.device) -> torch.dtype:
+    """The dtype of the KV cache and of attention: the compute dtype (autocast's, else the weights'), except on
+    CPU, where attention runs in float32 (a bf16 single-query SDPA is slow there; docs/performance.md)."""
+    if device.type == "cpu":
+        return torch.float32
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return next(model.parameters()).dtype
+
+
+def prompts_per_batch(config, prompts: int, rows_per_prompt: int, length: int, dtype: torch.dtype,
+                      budget_bytes: int) -> int:
+    """How many prompts one decoding batch takes so that its KV cache (every layer's keys and values for
+    rows x length positions) stays within `budget_bytes` (at least one prompt)."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_row = 2 * config.num_hidden_layers * heads * head_dim * length * torch.tensor([], dtype=dtype).element_size()
+    return max(1, min(prompts, budget_bytes // max(per_row * rows_per_prompt, 1)))
 
 
 def skinny_rows(rows: int) -> int:
@@ -171,18 +200,47 @@ def mask_top_p(x: torch.Tensor, top_p: float) -> torch.Tensor:
     return x.masked_fill(drop, float("-inf"))
 
 
+CACHE_BUDGET_BYTES = 2 << 30  # one decoding batch's KV cache; more prompts are decoded in several batches
+
+
 @torch.no_grad()
 def decode(model, prompts: list[list[int]], n: int, max_new_tokens: int, eos_ids: list[int], pad_id: int, *,
            do_sample: bool = True, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           min_new_tokens: int = 0, return_logprobs: bool = False):
+           min_new_tokens: int = 0, return_logprobs: bool = False, cache_budget_bytes: int = CACHE_BUDGET_BYTES):
     """New tokens for `n` samples of each prompt: (len(prompts) * n, T) long, the n samples of prompt i
     in rows i*n ... i*n+n-1, padded with `pad_id` after EOS; T <= max_new_tokens (the longest row).
     With `return_logprobs`, also each sampled token's log-prob under softmax(logits / temperature) over
     the whole vocabulary (what the trainer computes; 0 after EOS): (tokens, logprobs), both (rows, T).
 
     Runs under whatever autocast / RNG context the caller set. Greedy (`do_sample=False`) decodes
-    each prompt once and repeats it n times.
+    each prompt once and repeats it n times. The KV cache is in the compute dtype (`cache_dtype`) and
+    allocated per batch of prompts, a batch's cache within `cache_budget_bytes`.
     """
+    device = next(model.parameters()).device
+    dtype = cache_dtype(model, device)
+    rows = n if do_sample else 1
+    length = max(len(p) for p in prompts) + max_new_tokens
+    step = prompts_per_batch(model.config, len(prompts), rows, length, dtype, cache_budget_bytes)
+    _register_attention()
+    saved = model.config._attn_implementation
+    model.config._attn_implementation = ATTENTION
+    try:
+        with skinny_linears(model):
+            parts = [_decode_batch(model, prompts[i : i + step], rows, max_new_tokens, eos_ids, pad_id, dtype,
+                                   (do_sample, temperature, top_k, top_p, min_new_tokens, return_logprobs))
+                     for i in range(0, len(prompts), step)]
+    finally:
+        model.config._attn_implementation = saved
+    width = max(p[0].shape[1] for p in parts)
+    out = torch.cat([F.pad(t, (0, width - t.shape[1]), value=pad_id) for t, _ in parts])
+    logprobs = torch.cat([F.pad(lp, (0, width - lp.shape[1])) for _, lp in parts])
+    if rows != n:
+        out, logprobs = out.repeat_interleave(n, dim=0), logprobs.repeat_interleave(n, dim=0)
+    return (out, logprobs) if return_logprobs else out
+
+
+def _decode_batch(model, prompts, rows, max_new_tokens, eos_ids, pad_id, dtype, sampling):
+    """(tokens, log-probs), both (len(prompts) * rows, T): one prefill of `prompts`, then the decoding steps."""
     device = next(model.parameters()).device
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
@@ -190,36 +248,32 @@ def decode(model, prompts: list[list[int]], n: int, max_new_tokens: int, eos_ids
     for i, p in enumerate(prompts):
         valid[i, width - len(p) : width] = True
     positions = valid[:, :width].long().cumsum(-1) - 1
-    cache = KVCache(model.config.num_hidden_layers, width + max_new_tokens,
-                    dtype=torch.float32 if device.type == "cpu" else None)
-    _register_attention()
-    saved = model.config._attn_implementation
-    model.config._attn_implementation = ATTENTION
-    try:
-        with skinny_linears(model):
-            causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
-            mask = causal[None] & valid[:, None, :width]
-            mask |= torch.eye(width, dtype=torch.bool, device=device)[None]  # padding rows attend to themselves: no NaN
-            logits = _forward(model, ids, mask[:, None], positions.clamp_min(0), cache)
-            rows = n if do_sample else 1
-            if rows > 1:
-                expand = torch.arange(len(prompts), device=device).repeat_interleave(rows)
-                cache.select_rows(expand)
-                logits, valid, positions = logits[expand], valid[expand], positions[expand]
-            out, logprobs = _decode_steps(model, cache, logits, valid, positions[:, -1] + 1, width, max_new_tokens,
-                                          eos_ids, pad_id, do_sample, temperature, top_k, top_p, min_new_tokens,
-                                          return_logprobs)
-    finally:
-        model.config._attn_implementation = saved
-    if rows != n:
-        out, logprobs = out.repeat_interleave(n, dim=0), logprobs.repeat_interleave(n, dim=0)
-    return (out, logprobs) if return_logprobs else out
+    cache = KVCache(model.config.num_hidden_layers, width + max_new_tokens, dtype)
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+    mask = causal[None] & valid[:, None, :width]
+    mask |= torch.eye(width, dtype=torch.bool, device=device)[None]  # padding rows attend to themselves: no NaN
+    logits = _forward(model, ids, mask[:, None], positions.clamp_min(0), cache)
+    if rows > 1:
+        expand = torch.arange(len(prompts), device=device).repeat_interleave(rows)
+        cache.select_rows(expand)
+        logits, valid, positions = logits[expand], valid[expand], positions[expand]
+    return _decode_steps(model, cache, logits, valid, positions[:, -1] + 1, width, max_new_tokens, eos_ids, pad_id,
+                         *sampling)
+
+
+@functools.cache
+def _cache_keyword(model_class) -> str:
+    """The forward's name for the KV cache: `cache` from transformers 5.2x, `past_key_values` before (a model
+    given the other name would silently run without a cache)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def _forward(model, ids, mask, positions, cache) -> torch.Tensor:
     """Logits (B, V) float32 of the last position; advances the cache by ids' length."""
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
-                logits_to_keep=1)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                **{_cache_keyword(type(model)): cache})
     cache.advance(ids.shape[1])
     return out.logits[:, -1].float()
 

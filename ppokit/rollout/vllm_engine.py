@@ -6,16 +6,22 @@ tensor-parallel groups of consecutive ranks: in `generate`, the members of a gro
 prompts, all of them generate the same requests in lock-step (one model split over their GPUs), and
 each keeps the responses to its own prompts.
 
-Memory: the engine sleeps (level 1: KV cache freed, weights copied to CPU) after every `generate`,
-so the update has the GPU; `generate` wakes the weights, loads the trained weights if they changed
-(`update_weights` only marks them), then wakes the KV cache. Weight sync goes module by module
-(ZeRO-3 gathers one module at a time, LoRA merged, no CPU copy) through `LLM.collective_rpc` into
-the in-process worker's `model.load_weights`, and the prefix cache is reset after it.
+Memory: where vLLM's platform has a sleep mode (CUDA, ROCm, XPU; not CPU), the engine sleeps (level 1:
+KV cache freed, weights copied to CPU) after every `generate`, so the update has the GPU; `generate`
+empties torch's caching allocator, wakes the weights, loads the trained weights if they changed
+(`update_weights` only marks them), then wakes the KV cache. Weight sync goes through vLLM's reload
+path for processed weights (`reload_weights(weights_iterator=...)`: each vLLM layer is rebuilt from the
+HF-named tensors and re-processed for its kernels as soon as its last tensor arrives), fed module by
+module (ZeRO-3 gathers one module at a time, LoRA merged, each tensor copied once in the engine's
+dtype), and the prefix cache is reset after it. The same code runs on vLLM's CPU build.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import random
 
 from ppokit.models.weights import hf_state_by_module
 from ppokit.rollout.base import RolloutOutput, SamplingParams, check_prompts
@@ -29,9 +35,7 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def _load_weights_on_worker(worker, weights):
-    """Runs on the vLLM worker of this process (`collective_rpc`): load HF-named tensors into its model."""
-    worker.model_runner.model.load_weights(weights=weights)
+log = logging.getLogger("ppokit")
 
 
 def local_world_size(world_size: int) -> int:
@@ -60,7 +64,19 @@ class VLLMRolloutEngine:
         self.tokenizer = tokenizer
         self.eos_ids = sorted(set(eos_token_ids))
         self.group = group or SoloGroup()
-        self.llm = LLM(**llm_kwargs)
+        self.can_sleep = bool(llm_kwargs.get("enable_sleep_mode")) and _sleep_mode_available()
+        if llm_kwargs.get("enable_sleep_mode") and not self.can_sleep:
+            log.warning("vLLM has no sleep mode on this platform: its weights and KV cache stay allocated during "
+                        "the update.")
+        llm_kwargs = {**llm_kwargs, "enable_sleep_mode": self.can_sleep}
+        if _on_cpu():
+            # torch.compile of the model takes minutes at every start on CPU (its cache did not reload in vLLM
+            # 0.32: "Compiling model again due to a load failure"); eager generation starts in seconds
+            llm_kwargs.setdefault("enforce_eager", True)
+        self.dtype = _torch_dtype(llm_kwargs.get("dtype"))
+        self._seeds = random.Random(llm_kwargs.get("seed", 0))  # per-request seeds of unseeded (training) rollouts
+        with trainer_threads_kept():
+            self.llm = LLM(**llm_kwargs)
         self._stale_model = None  # the model whose weights vLLM has not loaded yet
         self._asleep = False
         self.sleep()  # free the KV cache for whatever the trainer does before the first rollout
@@ -75,7 +91,7 @@ class VLLMRolloutEngine:
 
     def sleep(self) -> None:
         """Free the KV cache and move the weights to CPU (vLLM sleep level 1) until the next `generate`."""
-        if not self._asleep:
+        if self.can_sleep and not self._asleep:
             self.llm.sleep(level=1)
             self._asleep = True
 
@@ -85,16 +101,20 @@ class VLLMRolloutEngine:
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> RolloutOutput:
         check_prompts(prompt_token_ids)
-        shares = self.group.all_gather((list(map(list, prompt_token_ids)), sampling))
+        # Training rollouts (no seed) get one seed per request, the group leader's: TP members must sample the
+        # same tokens, and the device's generator they would share otherwise differs after each rank's dropout.
+        base = sampling.seed if sampling.seed is not None else self._seeds.getrandbits(31)
+        shares = self.group.all_gather((list(map(list, prompt_token_ids)), sampling, base))
         if any(s[1] != sampling for s in shares):
             raise RuntimeError("The ranks of one vLLM tensor-parallel group asked for different sampling settings; "
                                "every rank must use the same arguments file and overrides.")
         prompts, first = _requests_of_group([s[0] for s in shares], self.group.index, sampling.seed is not None)
-        self._wake()
-        try:
-            outputs = self._generate(prompts, sampling)
-        finally:
-            self.sleep()
+        with trainer_threads_kept():
+            self._wake()
+            try:
+                outputs = self._generate(prompts, sampling, shares[0][2])
+            finally:
+                self.sleep()
         mine = outputs[first * sampling.n : (first + len(prompt_token_ids)) * sampling.n]
         return RolloutOutput(
             prompt_index=[i for i in range(len(prompt_token_ids)) for _ in range(sampling.n)],
@@ -106,29 +126,26 @@ class VLLMRolloutEngine:
     def _wake(self) -> None:
         """Weights back on the GPU, the trained ones loaded if they changed, then the KV cache."""
         if self._asleep:
+            _empty_device_cache()  # the update's activations still sit in torch's caching allocator
             self.llm.wake_up(tags=["weights"])  # KV cache stays freed while the weights are rewritten
         if self._stale_model is not None:
-            for chunk in hf_state_by_module(self._stale_model):
-                self.llm.collective_rpc(_load_weights_on_worker, args=(chunk,))
+            weights = ((name, t.to(dtype=self.dtype, copy=True)) for chunk in hf_state_by_module(self._stale_model)
+                       for name, t in chunk)  # copies: vLLM keeps a layer's tensors until its last one arrives
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
             self._stale_model = None
         if self._asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self._asleep = False
         self.llm.reset_prefix_cache()  # cached blocks were computed with other weights (or are gone)
 
-    def _generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list:
-        """Completions of `prompts`, n per prompt in prompt order."""
+    def _generate(self, prompts: list[list[int]], sampling: SamplingParams, seed: int) -> list:
+        """Completions of `prompts`, n per prompt in prompt order: one request per sample, sample j seeded
+        `seed + j` (reproducible, and the samples of one prompt differ)."""
         from vllm import SamplingParams as VSamplingParams
 
-        base = vllm_sampling_kwargs(sampling, self.eos_ids, logprobs=True)
-        if sampling.seed is None:
-            params = VSamplingParams(**base)
-            requests = [{"prompt_token_ids": p} for p in prompts]
-        else:
-            # One request per sample with its own seed: reproducible, and samples of one prompt differ.
-            base["n"] = 1
-            requests = [{"prompt_token_ids": p} for p in prompts for _ in range(sampling.n)]
-            params = [VSamplingParams(**base, seed=sampling.seed + j) for j in range(len(requests))]
+        base = {**vllm_sampling_kwargs(sampling, self.eos_ids, logprobs=True), "n": 1}
+        requests = [{"prompt_token_ids": p} for p in prompts for _ in range(sampling.n)]
+        params = [VSamplingParams(**base, seed=(seed + j) % 2**31) for j in range(len(requests))]
         outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
         completions = [c for out in outputs for c in sorted(out.outputs, key=lambda c: c.index)]
         odd = {str(c.finish_reason) for c in completions} - {"stop", "length"}
@@ -158,6 +175,59 @@ def _sampled_logprobs(completion) -> list[float]:
     if completion.logprobs is None:
         raise RuntimeError("vLLM returned no log-probs although logprobs=0 was requested.")
     return [float(step[token].logprob) for token, step in zip(completion.token_ids, completion.logprobs)]
+
+
+def _sleep_mode_available() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_sleep_mode_available()
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def _torch_dtype(name: str | None):
+    import torch
+
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}.get(name, torch.bfloat16)
+
+
+def _empty_device_cache() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def trainer_threads_kept():
+    """The trainer's torch threads, CPU affinity and launcher variables, as they were before the block.
+
+    vLLM's CPU worker replaces `torch.set_num_threads` with a no-op after binding its threads, lowers
+    torch's intra-op threads to 1 for serving, and its platform exports LOCAL_WORLD_SIZE (as the TP size)
+    and LD_PRELOAD; the trainer sharing this process would otherwise run its update on one thread.
+    """
+    import torch
+
+    setter, threads = torch.set_num_threads, torch.get_num_threads()
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    env = {k: os.environ.get(k) for k in ("LOCAL_WORLD_SIZE", "LD_PRELOAD")}
+    try:
+        yield
+    finally:
+        torch.set_num_threads = setter
+        if torch.get_num_threads() != threads:
+            setter(threads)
+        if affinity is not None and os.sched_getaffinity(0) != affinity:
+            os.sched_setaffinity(0, affinity)
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _single_process_launcher_env() -> None:

@@ -21,6 +21,7 @@ def test_a_tp_group_of_two_ranks_generates_together_and_resyncs(tmp_path, tiny_m
         collapsed = [e for i, e in enumerate(report["events"]) if not (e == "load_weights" and report["events"][i - 1] == e)]
         assert collapsed == ["sleep"] + per_step * 2
         assert all(s["logprob_diff"] is not None and s["logprob_diff"] > 0 for s in report["steps"])
-    # both members sent the same requests: the group's prompts, rank 0's first, and 2 prompts per rank per step
+    # both members sent the same requests: the group's prompts, rank 0's first, 2 prompts per rank per step,
+    # one request per sample (rollout_n 2)
     assert ranks[0]["requests"] == ranks[1]["requests"]
-    assert [len(r) for r in ranks[0]["requests"]] == [4, 4]
+    assert [len(r) for r in ranks[0]["requests"]] == [8, 8]

@@ -14,14 +14,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))
 import fake_vllm  # noqa: E402
 from dist_helpers import distinct_chars, update_overrides  # noqa: E402
 
-sys.modules["vllm"] = fake_vllm.make_module()
+fake_vllm.register(fake_vllm.make_module())
 
 from ppokit.args import load_arguments  # noqa: E402
 from ppokit.session import Session  # noqa: E402
 
 
 def main(model: str, data: str, out_dir: str) -> None:
-    overrides = update_overrides(model, data, str(Path(out_dir) / "run"), use_fusemt=True,
+    overrides = update_overrides(model, data, str(Path(out_dir) / "run"), rollout_engine="vllm",
                                  rollout_tensor_parallel_degree=2, rollout_max_num_seqs=16, rollout_n=2,
                                  global_mini_batch_size=4, kl_loss_coeff=0.0)
     session = Session(load_arguments(None, overrides=overrides), reward_functions=[distinct_chars])

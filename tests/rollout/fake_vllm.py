@@ -6,7 +6,7 @@ reset_prefix_cache / generate) tagged with the thread that made it (tests run on
 simulated rank). Like the real engine it refuses to generate while asleep and to load weights
 while its weights sleep.
 
-Generation is deterministic: the k-th sample of prompt p is [p[0], p[-1], 100 + k + 1000 seed, stop]
+Generation is deterministic: the k-th sample of prompt p is [p[0], p[-1], 100 + (k + seed) % 100, stop]
 (stop = the first stop token id; finish "stop"), cut to max_tokens (finish "length"); the log-prob
 of the token at position j is -(j + 1) / 10.
 """
@@ -63,6 +63,9 @@ class FakeWorker:
     def __init__(self, owner):
         self.model_runner = types.SimpleNamespace(model=FakeModel(owner))
 
+    def reload_weights(self, weights_iterator=None, weights_path=None, is_checkpoint_format=True):
+        self.model_runner.model.load_weights(weights_iterator)
+
 
 class LLM:
     instances: list[LLM] = []
@@ -99,6 +102,8 @@ class LLM:
         self._log("wake_up", tuple(tags))
 
     def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        if isinstance(method, str):
+            return [getattr(self.worker, method)(*args, **(kwargs or {}))]
         return [method(self.worker, *args, **(kwargs or {}))]
 
     def reset_prefix_cache(self):
@@ -122,7 +127,7 @@ class LLM:
 
 def _complete(prompt: list[int], k: int, kw: dict) -> CompletionOutput:
     stop = kw["stop_token_ids"][0]
-    tokens = [prompt[0], prompt[-1], 100 + k + (kw.get("seed") or 0) * 1000, stop]
+    tokens = [prompt[0], prompt[-1], 100 + (k + (kw.get("seed") or 0)) % 100, stop]  # ids inside a tiny vocabulary
     cut = tokens[: kw["max_tokens"]]
     logprobs = None
     if kw.get("logprobs") is not None:
@@ -130,18 +135,27 @@ def _complete(prompt: list[int], k: int, kw: dict) -> CompletionOutput:
     return CompletionOutput(k, cut, "stop" if cut[-1] == stop else "length", logprobs)
 
 
-def make_module() -> types.ModuleType:
-    """A fresh `vllm` module object over this fake (earlier LLM instances forgotten)."""
+def make_module(sleep_mode: bool = True) -> types.ModuleType:
+    """A fresh `vllm` module object over this fake (earlier LLM instances forgotten), with a
+    `vllm.platforms` submodule whose platform has a sleep mode or not; `register` puts both in sys.modules."""
     module = types.ModuleType("vllm")
     module.LLM = LLM
     module.SamplingParams = SamplingParams
     module.__spec__ = types.SimpleNamespace(name="vllm")  # importlib.util.find_spec finds it
+    module.platforms = types.ModuleType("vllm.platforms")
+    module.platforms.current_platform = types.SimpleNamespace(is_sleep_mode_available=lambda: sleep_mode,
+                                                              is_cpu=lambda: not sleep_mode)
     LLM.instances = []
     return module
 
 
-def install(monkeypatch) -> types.ModuleType:
+def register(module: types.ModuleType) -> None:
+    sys.modules["vllm"], sys.modules["vllm.platforms"] = module, module.platforms
+
+
+def install(monkeypatch, sleep_mode: bool = True) -> types.ModuleType:
     """Put this fake in sys.modules as `vllm` for one test."""
-    module = make_module()
+    module = make_module(sleep_mode)
     monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", module.platforms)
     return module

@@ -7,9 +7,12 @@ from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsW
 from ppokit.rollout.base import SamplingParams
 from ppokit.rollout.decode import (
     KVCache,
+    cache_dtype,
     decode,
+    float32_attention,
     mask_top_k,
     mask_top_p,
+    prompts_per_batch,
     sample_tokens,
     skinny_linear,
     skinny_linears,
@@ -96,7 +99,7 @@ def test_min_new_tokens_and_bf16_autocast():
 
 
 def test_kv_cache_writes_in_place_and_selects_rows():
-    cache = KVCache(num_layers=1, max_len=5)
+    cache = KVCache(num_layers=1, max_len=5, dtype=torch.float32)
     k = torch.arange(2 * 3, dtype=torch.float32).view(2, 1, 3, 1)
     keys, _ = cache.update(k, k, 0)
     assert keys.shape == (2, 1, 3, 1)
@@ -127,3 +130,41 @@ def test_skinny_linears_apply_inside_the_block_only():
     with skinny_linears(model):
         assert layer.forward.func is skinny_linear
     assert "forward" not in layer.__dict__  # the class's forward again
+
+
+@pytest.mark.parametrize("q_len", [1, 5])
+def test_attention_folds_grouped_heads_and_equals_sdpa_with_gqa(q_len):
+    torch.manual_seed(0)
+    query, key, value = torch.randn(3, 6, q_len, 8), torch.randn(3, 2, 7, 8), torch.randn(3, 2, 7, 8)
+    mask = torch.rand(3, 1, q_len, 7) > 0.3
+    mask[..., -1] = True  # every query row attends somewhere
+    out, _ = float32_attention(None, query, key, value, mask, scaling=0.3)
+    ref = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=0.3,
+                                                           enable_gqa=True)
+    assert out.shape == (3, q_len, 6, 8)
+    torch.testing.assert_close(out, ref.transpose(1, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_cache_dtype_is_the_compute_dtype_off_cpu_and_float32_on_cpu():
+    model = tiny_causal_lm(TOK, seed=0).to(torch.bfloat16)
+    assert cache_dtype(model, torch.device("cpu")) == torch.float32
+    assert cache_dtype(model, torch.device("cuda")) == torch.bfloat16  # no autocast: the weights' dtype
+    cache = KVCache(num_layers=1, max_len=4, dtype=torch.bfloat16)
+    keys, _ = cache.update(torch.ones(1, 1, 2, 3), torch.ones(1, 1, 2, 3), 0)
+    assert keys.dtype == torch.bfloat16
+
+
+def test_prompts_per_batch_keeps_the_cache_within_the_budget():
+    model = tiny_causal_lm(TOK, seed=0)
+    c = model.config
+    per_row = 2 * c.num_hidden_layers * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 10 * 4
+    assert prompts_per_batch(c, 9, 2, 10, torch.float32, per_row * 2 * 4) == 4  # 4 prompts x 2 rows fit
+    assert prompts_per_batch(c, 9, 2, 10, torch.float32, 1) == 1
+    assert prompts_per_batch(c, 3, 2, 10, torch.float32, 1 << 40) == 3
+
+
+def test_decoding_in_small_batches_gives_the_greedy_answers_of_one_batch():
+    model = tiny_causal_lm(TOK, seed=4, hidden=64, layers=2)
+    whole = decode(model, PROMPTS, 2, 12, [TOK.eos_token_id], TOK.pad_token_id, do_sample=False)
+    split = decode(model, PROMPTS, 2, 12, [TOK.eos_token_id], TOK.pad_token_id, do_sample=False, cache_budget_bytes=1)
+    assert torch.equal(whole, split)

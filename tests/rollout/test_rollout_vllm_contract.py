@@ -97,6 +97,7 @@ def test_four_ranks_in_two_tp_groups(vllm):
 
     outputs = run_ranks(4, 2, body)
     llms = engines_by_rank(vllm)
+    seeds = {}
     for rank, llm in llms.items():
         assert llm.kwargs == dict(
             model="/models/actor", tensor_parallel_size=2, distributed_executor_backend="external_launcher",
@@ -105,17 +106,22 @@ def test_four_ranks_in_two_tp_groups(vllm):
             enable_sleep_mode=True, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
             disable_custom_all_reduce=True,
         )
-        # both members of a group generate the group's prompts, in group order
+        # both members of a group generate the group's prompts, in group order, one request per sample
         first = rank - rank % 2
-        assert llm.requests == [prompts_of(first) + prompts_of(first + 1)]
-        assert all(kw == dict(n=2, max_tokens=8, min_tokens=0, temperature=0.9, top_p=1.0, top_k=-1,
+        assert llm.requests == [[p for p in prompts_of(first) + prompts_of(first + 1) for _ in range(2)]]
+        seeds[rank] = [kw.pop("seed") for kw in llm.sampling[0]]
+        assert seeds[rank] == [seeds[rank][0] + j for j in range(8)]
+        assert all(kw == dict(n=1, max_tokens=8, min_tokens=0, temperature=0.9, top_p=1.0, top_k=-1,
                               repetition_penalty=1.0, stop_token_ids=[EOS], skip_special_tokens=False,
                               detokenize=False, logprobs=0) for kw in llm.sampling[0])
         assert not llm.problems
+    # training requests carry seeds too, the group leader's: TP members sample alike, the groups differently
+    assert seeds[0] == seeds[1] and seeds[2] == seeds[3] and seeds[0] != seeds[2]
     for rank, out in enumerate(outputs):  # every rank gets the answers to its own prompts
         own = prompts_of(rank)
         assert out.prompt_index == [0, 0, 1, 1]
-        assert out.response_ids == [[own[i][0], own[i][-1], 100 + k, EOS] for i in (0, 1) for k in (0, 1)]
+        assert [ids[:2] + ids[3:] for ids in out.response_ids] == [[own[i][0], own[i][-1], EOS] for i in (0, 0, 1, 1)]
+        assert out.response_ids[0][2] != out.response_ids[1][2]  # the samples of a prompt differ
         assert out.finish_reasons == ["stop"] * 4
         assert out.logprobs == [[-0.1, -0.2, -0.3, -0.4]] * 4
 
@@ -142,7 +148,7 @@ def test_sleep_wake_and_weight_sync_order(vllm):
     assert [d for e, d in llm.events if e == "wake_up"] == [("weights",), ("kv_cache",)]
     assert set(names) == HF_NAMES and len(names) == len(HF_NAMES)  # every weight once, HF names
     for name, tensor in hf_state(model):
-        torch.testing.assert_close(llm.loaded[name], tensor)
+        torch.testing.assert_close(llm.loaded[name], tensor.to(torch.bfloat16))  # in the engine's dtype
 
     with torch.no_grad():  # an optimizer step
         for p in model.parameters():
@@ -153,12 +159,52 @@ def test_sleep_wake_and_weight_sync_order(vllm):
     names, order = cycle(llm.events[start:])
     assert order == ["wake_up", "load_weights", "wake_up", "reset_prefix_cache", "generate", "sleep"]
     for name, tensor in hf_state(model):
-        torch.testing.assert_close(llm.loaded[name], tensor)  # the trained weights, not the old ones
+        torch.testing.assert_close(llm.loaded[name], tensor.to(torch.bfloat16))  # the trained weights, not the old
 
     start = len(llm.events)
     engine.generate([[5, 6]], sampling)  # no update in between: nothing to load
     assert [e for e, _ in llm.events[start:]] == ["wake_up", "wake_up", "reset_prefix_cache", "generate", "sleep"]
     assert not llm.problems
+
+
+def test_the_caching_allocator_is_emptied_before_every_wake_up(vllm, monkeypatch):
+    engine = engine_for(0, 1, arguments(), None)
+    llm = vllm.LLM.instances[0]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine, as far as the engine can tell
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: llm._log("empty_cache"))
+    for _ in range(2):
+        engine.update_weights(MODEL)
+        engine.generate([[5, 6]], SamplingParams(n=1, temperature=1.0, max_new_tokens=4))
+    events = [e for e, _ in llm.events if e in ("empty_cache", "wake_up", "generate")]
+    assert events == ["empty_cache", "wake_up", "wake_up", "generate"] * 2  # the update's activations freed first
+
+
+def test_without_a_sleep_mode_the_engine_stays_awake_and_says_so(monkeypatch, caplog):
+    vllm = fake_vllm.install(monkeypatch, sleep_mode=False)
+    engine = engine_for(0, 1, arguments(), None)
+    llm = vllm.LLM.instances[0]
+    assert llm.kwargs["enable_sleep_mode"] is False and not engine.can_sleep
+    assert llm.kwargs["enforce_eager"] is True  # the fake platform without sleep mode is a CPU
+    assert "no sleep mode on this platform" in caplog.text
+    engine.update_weights(MODEL)
+    engine.generate([[5, 6]], SamplingParams(n=1, temperature=1.0, max_new_tokens=4))
+    order = [e for i, (e, _) in enumerate(llm.events) if not (e == "load_weights" and llm.events[i - 1][0] == e)]
+    assert order == ["load_weights", "reset_prefix_cache", "generate"] and not llm.problems
+
+
+def test_trainer_threads_are_restored_after_vllm_changes_them(monkeypatch):
+    from ppokit.rollout.vllm_engine import trainer_threads_kept
+
+    threads, setter = torch.get_num_threads(), torch.set_num_threads
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    with trainer_threads_kept():  # what vLLM's CPU worker and platform do
+        torch.set_num_threads(1)
+        torch.set_num_threads = lambda n: None
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+        monkeypatch.setenv("LD_PRELOAD", "libgomp.so.1")
+    assert torch.set_num_threads is setter and torch.get_num_threads() == threads
+    assert __import__("os").environ["LOCAL_WORLD_SIZE"] == "4" and "LD_PRELOAD" not in __import__("os").environ
 
 
 def test_lora_weights_are_sent_merged_under_base_names(vllm):
