@@ -102,7 +102,7 @@ def prompts_per_batch(config, prompts: int, rows_per_prompt: int, length: int, d
     rows x length positions) stays within `budget_bytes` (at least one prompt)."""
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_row = 2 * config.num_hidden_layers * heads * head_dim * length * torch.tensor([], dtype=dtype).element_size()
+    per_row = 2 * config.num_hidden_layers * heads * head_dim * length * dtype.itemsize
     return max(1, min(prompts, budget_bytes // max(per_row * rows_per_prompt, 1)))
 
 
