@@ -76,7 +76,7 @@ def batch_rows(batch) -> list[dict]:
             row[f"reward/{name}"] = float(values[i])
         row["advantage"] = None
         if batch.advantages is not None:
-            valid = batch.advantages[i][batch.response_mask[i] > 0]
+            valid = batch.advantages[i][batch.loss_mask[i] > 0]
             row["advantage"] = float(valid.float().mean()) if len(valid) else 0.0
         row["length"] = int(lengths[i])
         row[FULL_PROMPT] = batch.prompt_texts[i]

@@ -149,7 +149,8 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
                 "to get a reward, so there is nothing to train on; check that the reward server is up and "
                 "answering (see its log), or set reward_on_error: raise to see the first failure")
     if args.enable_overlong_reward_buffer:
-        penalty = overlong_penalty(batch.response_lengths, args.max_dec_len, args.overlong_reward_buffer,
+        penalty = overlong_penalty(batch.model_lengths,  # the policy's own tokens, not tool results
+                                   args.max_dec_len, args.overlong_reward_buffer,
                                    args.overlong_penalty_factor)
         per_fn["overlong"] = penalty
         total = total + penalty
