@@ -193,3 +193,17 @@ def tool_metrics(turns: list[list[dict]]) -> dict[str, float]:
         "tools/response_tokens_per_sample": sum(t["end"] - t["start"] for row in turns for t in row
                                                 if t["role"] == "tool") / n,
     }
+
+
+def agent_spec(args, tokenizer) -> AgentSpec | None:
+    """The multi-turn settings of a run (None when `multi_turn` is off), its tools loaded and checked now."""
+    from ppokit.tools import load_tools
+    from ppokit.tools.parse import detect_format
+
+    if not args.multi_turn:
+        return None
+    return AgentSpec(tools=load_tools(args.tools, args.tool_config_path),
+                     tool_format=detect_format(getattr(tokenizer, "chat_template", None), args.tool_format),
+                     max_assistant_turns=args.max_assistant_turns,
+                     max_tool_response_length=args.max_tool_response_length,
+                     max_parallel_calls=args.max_parallel_calls, tool_timeout=args.tool_timeout)

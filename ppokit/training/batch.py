@@ -161,6 +161,8 @@ def build_batch(
             if logprobs is not None:
                 logprobs[j, : len(resp)] = torch.tensor(rollout_logprobs[j][: len(resp)])
     texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True)
+    if turns is not None:  # multi-turn: the answer is the last model turn (the whole exchange is in `turns`)
+        texts = [final_answer(ids, t, tokenizer) for ids, t in zip(response_ids, turns)]
     return RolloutBatch(
         records=[records[i] for i in prompt_index],
         group_ids=torch.tensor([group_offset + i for i in prompt_index], dtype=torch.long),
@@ -208,3 +210,9 @@ def concat_batches(batches: list[RolloutBatch], tokenizer) -> RolloutBatch:
         elif f.name == "reward_terms" and vals[0]:
             merged[f.name] = {k: torch.cat([v[k] for v in vals]) for k in vals[0]}
     return replace(wide[0], **merged)
+
+
+def final_answer(ids: list[int], turns: list[dict], tokenizer) -> str:
+    """The text of the last model turn of a multi-turn response (special tokens dropped)."""
+    last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
+    return "" if last is None else tokenizer.decode(ids[last["start"]:last["end"]], skip_special_tokens=True)
