@@ -70,7 +70,7 @@ def batch_rows(batch) -> list[dict]:
     for i in range(len(batch)):
         row = {"#": i, "group": int(batch.group_ids[i]),
                "prompt": question_text(batch.records[i], batch.prompt_texts[i]),
-               "response": batch.response_texts[i]}
+               "response": batch.response_texts[i] if batch.turns is None else turns_text(batch.turns[i])}
         row["reward"] = float(batch.scores[i]) if batch.scores is not None else None
         for name, values in (batch.reward_terms or {}).items():
             row[f"reward/{name}"] = float(values[i])
@@ -82,6 +82,11 @@ def batch_rows(batch) -> list[dict]:
         row[FULL_PROMPT] = batch.prompt_texts[i]
         rows.append(row)
     return rows
+
+
+def turns_text(turns: list[dict]) -> str:
+    """A multi-turn response with its segments marked: "[model] ..." (trained on) and "[tool] ..." (loss_mask 0)."""
+    return "\n".join(f"[{'model' if t['role'] == 'assistant' else t['role']}] {t['text']}" for t in turns)
 
 
 def numeric_columns(rows: list[dict]) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import threading
 from dataclasses import dataclass, field
 
 from .declare import Tool
@@ -41,12 +42,25 @@ class ToolRuntime:
         default_factory=lambda: concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="ppokit-tool"))
     instances: dict[int, dict[str, object]] = field(default_factory=dict)
 
+    def __post_init__(self):
+        # The loop runs in its own thread, so tools run the same under Jupyter (whose main thread already runs a
+        # loop, where run_until_complete is refused) as in a script.
+        self._thread = threading.Thread(target=self.loop.run_forever, name="ppokit-tools", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine):
+        """Run `coroutine` on the tools' loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
     def close(self) -> dict[int, float]:
         """Release every instance (verl's calc_reward first: its value is each row's final tool reward)."""
-        rewards = self.loop.run_until_complete(self._release_all())
-        self.loop.close()
-        self.threads.shutdown(wait=False, cancel_futures=True)
-        return rewards
+        try:
+            return self.run(self._release_all())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join()
+            self.loop.close()
+            self.threads.shutdown(wait=False, cancel_futures=True)
 
     async def _release_all(self) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -74,7 +88,7 @@ def run_calls(runtime: ToolRuntime, calls: dict[int, list[ToolCall]],
         done = await asyncio.gather(*[_row(runtime, r, calls[r], (create_kwargs or {}).get(r, {})) for r in rows])
         return dict(zip(rows, done))
 
-    return runtime.loop.run_until_complete(all_rows())
+    return runtime.run(all_rows())
 
 
 async def _row(runtime: ToolRuntime, row: int, calls: list[ToolCall], kwargs: dict) -> list[CallResult]:
