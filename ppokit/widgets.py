@@ -27,6 +27,8 @@ CELL = "vertical-align:top;padding:3px 8px;border-bottom:1px solid #ddd"
 CONTROLS_NOTE = "(sort controls: live while the kernel runs; the table below is a static copy)"
 
 
+
+
 def in_notebook() -> bool:
     """True inside a Jupyter kernel (where widgets and HTML can render)."""
     try:
@@ -65,6 +67,8 @@ def batch_rows(batch) -> list[dict]:
     under FULL_PROMPT. `advantage` is the mean over the response's tokens (GRPO gives every token the
     same value); reward and advantage are None before `score()` / `compute_advantages()` ran.
     """
+    from ppokit.rollout.agent_loop import turns_text  # multi-turn: model and tool turns marked
+
     rows = []
     lengths = batch.response_lengths.tolist()
     for i in range(len(batch)):
@@ -82,11 +86,6 @@ def batch_rows(batch) -> list[dict]:
         row[FULL_PROMPT] = batch.prompt_texts[i]
         rows.append(row)
     return rows
-
-
-def turns_text(turns: list[dict]) -> str:
-    """A multi-turn response with its segments marked: "[model] ..." (trained on) and "[tool] ..." (loss_mask 0)."""
-    return "\n".join(f"[{'model' if t['role'] == 'assistant' else t['role']}] {t['text']}" for t in turns)
 
 
 def numeric_columns(rows: list[dict]) -> list[str]:

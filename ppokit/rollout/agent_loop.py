@@ -207,3 +207,8 @@ def agent_spec(args, tokenizer) -> AgentSpec | None:
                      max_assistant_turns=args.max_assistant_turns,
                      max_tool_response_length=args.max_tool_response_length,
                      max_parallel_calls=args.max_parallel_calls, tool_timeout=args.tool_timeout)
+
+
+def turns_text(turns: list[dict]) -> str:
+    """A multi-turn response with its segments marked: "[model] ..." (trained on) and "[tool] ..." (loss_mask 0)."""
+    return "\n".join(f"[{'model' if t['role'] == 'assistant' else t['role']}] {t['text']}" for t in turns)

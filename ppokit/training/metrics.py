@@ -191,7 +191,10 @@ def sample_rows(batch: RolloutBatch, limit: int = 4) -> list[dict]:
         if batch.advantages is not None:
             row["advantage"] = float(batch.advantages[i][batch.loss_mask[i] > 0][:1].sum())
         row.update({f"reward/{k}": float(v[i]) for k, v in batch.reward_terms.items()})
-        if batch.turns is not None:  # multi-turn: the segments, model text and tool results apart
+        if batch.turns is not None:  # multi-turn: the final answer, the marked exchange and its segments
+            from ppokit.rollout.agent_loop import turns_text
+
+            row["answer"], row["response"] = row["response"], turns_text(batch.turns[i])
             row["turns"] = [{"role": t["role"], "text": t["text"]} for t in batch.turns[i]]
         rows.append(row)
     return rows

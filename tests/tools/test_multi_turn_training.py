@@ -129,3 +129,11 @@ def test_a_session_with_tools_trains_and_logs_tool_metrics(tiny_model_dir, tmp_p
     assert torch.isfinite(torch.tensor(metrics["actor/pg_loss"]))
     after = dict(s.model.named_parameters())
     assert any(not torch.equal(before[k], after[k]) for k in before) or metrics["advantages/abs_mean"] == 0
+    # samples.jsonl / VisualDL rows and s.show(batch) mark the model's and the tool's turns
+    from ppokit.training.metrics import sample_rows
+    from ppokit.widgets import batch_rows
+
+    row = sample_rows(batch)[0]
+    assert row["answer"] == "42 it is." and row["response"].startswith("[model] let me see <tool_call>")
+    assert "\n[tool] " in row["response"] and [t["role"] for t in row["turns"]] == ["assistant", "tool", "assistant"]
+    assert batch_rows(batch)[0]["response"] == row["response"]
