@@ -137,3 +137,36 @@ def test_a_session_with_tools_trains_and_logs_tool_metrics(tiny_model_dir, tmp_p
     assert row["answer"] == "42 it is." and row["response"].startswith("[model] let me see <tool_call>")
     assert "\n[tool] " in row["response"] and [t["role"] for t in row["turns"]] == ["assistant", "tool", "assistant"]
     assert batch_rows(batch)[0]["response"] == row["response"]
+
+
+def test_a_session_with_a_verl_tool_config_trains_a_step(tiny_model_dir, tmp_path):
+    from test_declare import write_yaml
+
+    data = tmp_path / "train.jsonl"
+    rows = [{"prompt": f"q{i}:", "agent_name": "tool_agent", "data_source": "mine",
+             "extra_info": {"tools_kwargs": {"counter": {"create_kwargs": {"start": i}}}}} for i in range(4)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = load_arguments(None, overrides=dict(
+        actor_model_name_or_path=tiny_model_dir, train_datasets=str(data), rl_algorithm="grpo", global_batch_size=2,
+        rollout_n=2, global_mini_batch_size=2, per_device_train_batch_size=4, max_dec_len=160, max_prompt_len=32,
+        max_length=256, max_steps=1, output_dir=str(tmp_path / "out"), logging_dir=str(tmp_path / "vdl"),
+        report_to=["none"], seed=1, disable_tqdm=True, save_strategy="no", multi_turn=True,
+        tool_config_path=write_yaml(tmp_path)))
+    s = Session(args, reward_functions=[lambda prompts, responses, **kw: [float(len(r) % 3) for r in responses]])
+
+    class CallCounter(CallThenAnswer):
+        def generate(self, prompt_token_ids, sampling):
+            call = '<tool_call>{"name": "counter", "arguments": {"x": 1}}</tool_call>'
+            rows = [self.tok.encode("done" if "<tool_response>" in self.tok.decode(c) else call,
+                                    add_special_tokens=False) + [self.tok.eos_token_id] for c in prompt_token_ids]
+            return RolloutOutput(list(range(len(rows))), rows, ["stop"] * len(rows))
+
+    s.state.rollout_engine = CallCounter(s.state.policy.tokenizer)
+    metrics = s.step()
+    batch = s.last_batch
+    texts = [t["calls"][0]["text"] for row in batch.turns for t in row if t.get("calls")]
+    # each row's own instance, created with its row's start (create_kwargs): start + 2 * x
+    starts = [r["fields"]["extra_info"]["tools_kwargs"]["counter"]["create_kwargs"]["start"] for r in batch.records]
+    assert texts == [f"counter={start + 2}" for start in starts]
+    assert metrics["tools/calls_per_sample"] == 1.0 and metrics["reward/tool_step"] == 0.5  # execute's step reward
+    assert torch.isfinite(torch.tensor(metrics["actor/pg_loss"]))
