@@ -29,6 +29,8 @@ CELL = "vertical-align:top;padding:3px 8px;border-bottom:1px solid #ddd"
 PRE = "white-space:pre-wrap;word-break:normal;overflow-wrap:break-word;margin:0"
 
 
+
+
 def in_notebook() -> bool:
     """True inside a Jupyter kernel (where widgets and HTML can render)."""
     try:
@@ -67,18 +69,20 @@ def batch_rows(batch) -> list[dict]:
     under FULL_PROMPT. `advantage` is the mean over the response's tokens (GRPO gives every token the
     same value); reward and advantage are None before `score()` / `compute_advantages()` ran.
     """
+    from ppokit.rollout.agent_loop import turns_text  # multi-turn: model and tool turns marked
+
     rows = []
     lengths = batch.response_lengths.tolist()
     for i in range(len(batch)):
         row = {"#": i, "group": int(batch.group_ids[i]),
                "prompt": question_text(batch.records[i], batch.prompt_texts[i]),
-               "response": batch.response_texts[i]}
+               "response": batch.response_texts[i] if batch.turns is None else turns_text(batch.turns[i])}
         row["reward"] = float(batch.scores[i]) if batch.scores is not None else None
         for name, values in (batch.reward_terms or {}).items():
             row[f"reward/{name}"] = float(values[i])
         row["advantage"] = None
         if batch.advantages is not None:
-            valid = batch.advantages[i][batch.response_mask[i] > 0]
+            valid = batch.advantages[i][batch.loss_mask[i] > 0]
             row["advantage"] = float(valid.float().mean()) if len(valid) else 0.0
         row["length"] = int(lengths[i])
         row[FULL_PROMPT] = batch.prompt_texts[i]

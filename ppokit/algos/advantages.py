@@ -11,15 +11,19 @@ All estimators return ``(advantages, returns)``, both (B, T), exactly 0 on maske
 carry no gradient (they run under ``torch.no_grad``).
 
 ``ADVANTAGE_ESTIMATORS`` maps the estimator name (``ppokit.algorithms.ALGORITHMS[name].estimator``)
-to a uniform entry point ``fn(token_rewards, mask, *, scores=None, group_ids=None, values=None,
-gamma=1.0, lam=1.0, norm_by_std=True, eps=1e-6, whiten=True, group=None, lam_critic=None,
-length_alpha=None)`` (the last two read by gae and vapo); outcome estimators
-(grpo, drgrpo, rloo) use ``scores`` (B,) when given, else the score of sequence i as
-sum_t token_rewards[i, t] m[i, t]. ``whiten`` / ``group`` are GAE's (whiten over the valid tokens
-of every rank of the process group). ``compute_advantages(name, ...)`` calls it by name.
+to its function, registered with ``@estimator(name)``; each has its own signature, and
+``compute_advantages(name, ...)`` passes it the inputs its parameters name. ``whiten`` / ``group``
+are GAE's (whiten over the valid tokens of every rank of the process group).
+
+Multi-turn rollouts: ``mask`` is the loss mask (the policy's own tokens). Tool results inside a
+response are masked tokens *between* valid ones; returns and GAE carry across them (a reward after
+a tool call reaches the tokens before it), and the outcome score sits on the last valid token.
 """
 
 from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
 
 import torch
 
@@ -34,6 +38,7 @@ __all__ = [
     "length_adaptive_lambda",
     "decoupled_gae",
     "compute_advantages",
+    "estimator",
     "ADVANTAGE_ESTIMATORS",
     "overlong_penalty",
     "score_to_token_rewards",
@@ -135,18 +140,20 @@ def rloo(
 
 
 def _discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Backward discounted return that restarts after every masked token.
+    """Backward discounted return over valid tokens only: masked tokens are skipped, the return carries over them.
 
     token_rewards: (B, T), mask: (B, T) -> G (B, T), 0 on masked tokens.
-    For t = T-1 .. 0: R <- r_t + gamma R; G_t = R; R <- R m_t.
+    For t = T-1 .. 0 with m_t = 1: R <- r_t + gamma R; G_t = R (masked t: R unchanged, r_t ignored). A row
+    with masked tokens in the middle (tool results) gives the returns of the same row with them removed.
     """
     m = as_float_mask(mask, token_rewards)
+    valid = m.bool()
     running = token_rewards.new_zeros(token_rewards.shape[0])
     out = torch.zeros_like(token_rewards)
     for t in reversed(range(token_rewards.shape[1])):
-        running = token_rewards[:, t] + gamma * running
+        step = token_rewards[:, t] + gamma * running
+        running = torch.where(valid[:, t], step, running)
         out[:, t] = running
-        running = running * m[:, t]
     return out * m
 
 
@@ -157,8 +164,8 @@ def reinforce_pp(
     """REINFORCE++: discounted token returns, whitened over the whole batch.
 
     token_rewards: (B, T), mask: (B, T) -> (advantages, returns), both (B, T).
-    Backward over t: R <- r_t + gamma R; G_t = R; R <- R m_t (so the return restarts after a
-    masked token: rewards after a masked gap do not reach tokens before it).
+    Backward over the valid tokens: R <- r_t + gamma R; G_t = R (masked tokens are skipped, so a
+    reward after a tool result reaches the model's tokens before it).
     returns = G on valid tokens; advantages = whiten(G) with the mean and unbiased variance of
     all valid tokens of the batch. Rewards sitting on masked tokens never reach valid ones.
     """
@@ -188,8 +195,8 @@ def reinforce_pp_baseline(
        the outcome reward sits; per-token rewards (e.g. KL penalties) keep their places.
     3. returns/advantages = ``reinforce_pp(r', mask, gamma)`` (discounted returns, whitened).
     With outcome-only rewards this is exactly "score minus group mean on the last valid token,
-    then discounted returns, then whitened"; with gamma = 1 every valid token (before any
-    masked gap) gets s_i - mu_g before whitening, as in verl.
+    then discounted returns, then whitened"; with gamma = 1 every valid token gets s_i - mu_g
+    before whitening, as in verl.
     """
     m = as_float_mask(mask, token_rewards)
     scores = _float_scores(masked_sum(token_rewards, m, dim=-1))
@@ -274,62 +281,95 @@ def decoupled_gae(
     return adv, returns
 
 
-def _need(name: str, what: str, value):
-    """Raise a clear error when an estimator's required input is missing; return it otherwise."""
-    if value is None:
-        raise ValueError(f"advantage estimator {name!r} needs {what}")
-    return value
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
 
 
-def _entry(name: str):
-    """Build the uniform registry entry for estimator ``name`` (see module docstring)."""
+def estimator(name: str):
+    """Register ``fn`` as the advantage estimator ``name``: ``@estimator("grpo") def grpo(scores, group_ids, mask)``.
 
-    def run(token_rewards, mask, *, scores=None, group_ids=None, values=None, gamma=1.0, lam=1.0, norm_by_std=True,
-            eps=1e-6, whiten=True, group=None, lam_critic=None, length_alpha=None):
-        """token_rewards: (B, T), mask: (B, T) [, scores (B,), group_ids (B,), values (B, T)] -> (adv, ret) (B, T).
-        gae/vapo: lam_critic (None -> lam) for the returns, and with length_alpha the actor's lambda per
-        sequence of length l is 1 - 1/(length_alpha l) (VAPO's decoupled, length-adaptive GAE)."""
-        if name in ("grpo", "drgrpo", "rloo"):
-            ids = _need(name, "group_ids", group_ids)
-            if scores is None:
-                scores = masked_sum(token_rewards, mask, dim=-1)
-            if name == "rloo":
-                return rloo(scores, ids, mask)
-            return grpo(scores, ids, mask, norm_by_std=norm_by_std and name == "grpo", eps=eps)
-        if name == "reinforce_plus_plus":
-            return reinforce_pp(token_rewards, mask, gamma)
-        if name == "reinforce_plus_plus_baseline":
-            return reinforce_pp_baseline(token_rewards, _need(name, "group_ids", group_ids), mask, gamma)
-        values = _need(name, "values (a critic)", values)
-        if name == "vapo":  # the paper's values where the caller gives none
-            lam_critic = 1.0 if lam_critic is None else lam_critic
-            length_alpha = 0.05 if length_alpha is None else length_alpha
-        if lam_critic is None and length_alpha is None:
-            return gae(token_rewards, values, mask, gamma, lam, whiten=whiten, group=group)
-        lam_actor = lam if length_alpha is None else length_adaptive_lambda(as_float_mask(mask, token_rewards).sum(-1),
-                                                                            length_alpha)
-        adv, ret = decoupled_gae(token_rewards, values, mask, gamma, lam_actor, lam if lam_critic is None else lam_critic)
-        return (masked_whiten(adv, mask, group=group) if whiten else adv), ret
-
-    run.__name__ = f"advantages_{name}"
-    return run
-
-
-ADVANTAGE_ESTIMATORS = {
-    name: _entry(name)
-    for name in ("grpo", "drgrpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae", "vapo")
-}
-
-
-def compute_advantages(estimator: str, token_rewards: torch.Tensor, mask: torch.Tensor, **kwargs):
-    """Run the estimator registered as ``estimator`` (see ``ADVANTAGE_ESTIMATORS``).
-
-    token_rewards: (B, T), mask: (B, T), kwargs: group_ids (B,), values (B, T), gamma, lam,
-    norm_by_std, eps -> (advantages, returns), both (B, T).
+    Each estimator declares the inputs it reads by its parameter names (token_rewards, mask, scores, group_ids,
+    values, gamma, lam, norm_by_std, eps, whiten, group, lam_critic, length_alpha); ``compute_advantages`` passes
+    it exactly those. Adding an estimator is one decorated function.
     """
-    if estimator not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {estimator!r}; choose from {sorted(ADVANTAGE_ESTIMATORS)}")
-    return ADVANTAGE_ESTIMATORS[estimator](token_rewards, mask, **kwargs)
+
+    def register(fn):
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is registered twice")
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+
+    return register
+
+
+def estimator_inputs(name: str) -> tuple[list[str], list[str]]:
+    """(required, optional) parameter names of estimator ``name``."""
+    params = inspect.signature(ADVANTAGE_ESTIMATORS[name]).parameters.values()
+    required = [p.name for p in params if p.default is inspect.Parameter.empty]
+    return required, [p.name for p in params if p.default is not inspect.Parameter.empty]
+
+
+estimator("grpo")(grpo)
+estimator("rloo")(rloo)
+estimator("reinforce_plus_plus")(reinforce_pp)
+estimator("reinforce_plus_plus_baseline")(reinforce_pp_baseline)
+
+
+@estimator("drgrpo")
+def drgrpo(scores: torch.Tensor, group_ids: torch.Tensor, mask: torch.Tensor, eps: float = 1e-6):
+    """Dr.GRPO: GRPO's group-centred score without the std division. Shapes as ``grpo``."""
+    return grpo(scores, group_ids, mask, norm_by_std=False, eps=eps)
+
+
+@estimator("gae")
+def gae_estimator(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
+                  lam: float = 1.0, whiten: bool = True, group=None, lam_critic: float | None = None,
+                  length_alpha: float | None = None):
+    """GAE; with lam_critic (None -> lam) for the returns and/or length_alpha (the actor's lambda per sequence of
+    length l is 1 - 1/(length_alpha l)), VAPO's decoupled, length-adaptive GAE, whitened as ``whiten`` says.
+
+    token_rewards, values, mask: (B, T) -> (advantages, returns), both (B, T).
+    """
+    if lam_critic is None and length_alpha is None:
+        return gae(token_rewards, values, mask, gamma, lam, whiten=whiten, group=group)
+    lam_actor = lam if length_alpha is None else length_adaptive_lambda(as_float_mask(mask, token_rewards).sum(-1),
+                                                                        length_alpha)
+    adv, ret = decoupled_gae(token_rewards, values, mask, gamma, lam_actor, lam if lam_critic is None else lam_critic)
+    return (masked_whiten(adv, mask, group=group) if whiten else adv), ret
+
+
+@estimator("vapo")
+def vapo(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
+         lam: float = 1.0, whiten: bool = True, group=None, lam_critic: float | None = None,
+         length_alpha: float | None = None):
+    """VAPO: ``gae_estimator`` with the paper's critic lambda 1.0 and alpha 0.05 where the caller gives none."""
+    return gae_estimator(token_rewards, values, mask, gamma, lam, whiten, group,
+                         1.0 if lam_critic is None else lam_critic, 0.05 if length_alpha is None else length_alpha)
+
+
+_NEEDS = {"group_ids": "group_ids", "values": "values (a critic)", "scores": "scores", "token_rewards": "token_rewards"}
+
+
+def compute_advantages(name: str, token_rewards: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                       **inputs):
+    """Run the estimator registered as ``name`` with the inputs its signature names (others are ignored).
+
+    token_rewards: (B, T), mask: (B, T); inputs: scores (B,) (outcome estimators: when absent, the score of row i
+    is sum_t token_rewards[i, t] m[i, t]), group_ids (B,), values (B, T), gamma, lam, norm_by_std, eps, whiten,
+    group, lam_critic, length_alpha -> (advantages, returns), both (B, T). A missing required input (or one given
+    as None) is an error naming it; a None optional input takes the estimator's default.
+    """
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose from {sorted(ADVANTAGE_ESTIMATORS)}")
+    given = {"token_rewards": token_rewards, "mask": mask, **inputs}
+    required, optional = estimator_inputs(name)
+    if "scores" in required and given.get("scores") is None and token_rewards is not None and mask is not None:
+        given["scores"] = masked_sum(token_rewards, mask, dim=-1)
+    missing = [k for k in required if given.get(k) is None]
+    if missing:
+        raise ValueError(f"advantage estimator {name!r} needs {', '.join(_NEEDS.get(k, k) for k in missing)}")
+    call = {k: given[k] for k in required}
+    call.update({k: given[k] for k in optional if given.get(k) is not None})
+    return ADVANTAGE_ESTIMATORS[name](**call)
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float) -> torch.Tensor:
@@ -343,11 +383,13 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: f
 
 
 def score_to_token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(B, R) token rewards with each sequence's score on its last valid response token."""
-    token_rewards = torch.zeros_like(mask)
-    last = (mask.sum(-1).long() - 1).clamp_min(0)
-    token_rewards[torch.arange(len(scores), device=mask.device), last] = scores.to(mask.dtype)
-    return token_rewards * mask
+    """(B, R) token rewards with each sequence's score on its last valid token (of a loss mask: the last token the
+    model generated, wherever tool results sit before or after it); 0 elsewhere and on rows with no valid token.
+
+    scores: (B,), mask: (B, R) float -> (B, R) of mask's dtype.
+    """
+    last = _last_valid_onehot(mask)
+    return torch.where(last, scores.to(mask.dtype)[:, None], torch.zeros_like(mask))
 
 
 def zero_std_groups(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -92,6 +92,30 @@ class PpokitArguments(BaseModel):
     chunk_size: int = Field(1024, ge=1, description="Tokens per chunk when computing log-probs and entropy.")
     train_data_size: int | None = Field(
         None, ge=1, description="Use only the first N training prompts; None = all.")
+    # --- multi-turn tool use (verl: actor_rollout_ref.rollout.multi_turn.*) ---
+    multi_turn: bool = Field(
+        False, description="Multi-turn rollouts with tool calls (ppokit.rollout.agent_loop): the model generates, "
+        "its tool calls run, their results are appended (loss_mask 0) and it continues. Needs tools or "
+        "tool_config_path. Rows of verl data without agent_name: tool_agent are multi-turn too when this is on.")
+    tools: str | None = Field(
+        None, description="Python tool functions 'file.py:multiply,search' (type hints + docstring give the "
+        "schema); a bundled task's tools by name too ('multiply').")
+    tool_config_path: str | None = Field(
+        None, description="verl tool config YAML: tools: [{class_name, config, tool_schema}], each class with "
+        "verl's async create/execute/calc_reward/release.")
+    max_assistant_turns: int = Field(
+        5, ge=1, description="Model turns per multi-turn rollout; a tool call in the last one is not run.")
+    max_tool_response_length: int = Field(
+        256, ge=1, description="Characters of a tool result kept before it goes back to the model (verl's "
+        "measure; the rest is cut and '...(truncated)' appended).")
+    tool_format: Literal["hermes", "qwen", "llama"] = Field(
+        "hermes", description="How tool calls are written: hermes '<tool_call>{json}</tool_call>' (Qwen2.5 uses "
+        "it too; 'qwen' is the same), llama a bare JSON object {\"name\": ..., \"parameters\": ...}.")
+    max_parallel_calls: int = Field(
+        1, ge=1, description="Tool calls of one model turn that run (concurrently); later ones get an error text.")
+    tool_timeout: float = Field(
+        10.0, gt=0.0, description="Seconds one tool call may take; a slower call's result is an error text "
+        "(counted in tools/timeouts).")
     # --- run control ---
     resume_from_checkpoint: str | bool | None = Field(
         None, description="Checkpoint folder to resume from, true = the latest in output_dir, None/false = fresh start.")

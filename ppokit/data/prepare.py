@@ -3,6 +3,7 @@
     prepare ppo-kk      ./ppo-kk/34567ppl/train.jsonl (3–7 people) and ./ppo-kk/5ppl/test.jsonl (5 people)
     prepare arithmetic  data/arithmetic/train.jsonl and data/arithmetic/test.jsonl
     prepare countdown   data/countdown/train.jsonl and data/countdown/test.jsonl
+    prepare multiply    data/multiply/train.jsonl and data/multiply/test.jsonl (3-digit a x b, tool use)
 
 The test split is drawn first (unique prompts), then the train split never reuses a test prompt and
 keeps its own prompts unique while the task's problem space allows; when it runs out of new problems
@@ -58,6 +59,12 @@ LAYOUTS: dict[str, Layout] = {
         "data",
         train=Split("countdown/train.jsonl", 5000, 1),
         test=Split("countdown/test.jsonl", 200, 2),
+    ),
+    "multiply": Layout(  # multi-turn: needs the multiply tool (config/grpo_tools_argument.json)
+        "multiply",
+        "data",
+        train=Split("multiply/train.jsonl", 2000, 1),
+        test=Split("multiply/test.jsonl", 50, 2),
     ),
 }
 STALE_CHUNKS = 3  # generated chunks in a row without a new prompt = the problem space is used up

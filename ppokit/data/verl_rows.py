@@ -30,3 +30,32 @@ def verl_rows(task: str, n: int, seed: int = 0, split: str = "train") -> list[di
             "extra_info": {"split": split, "index": index, "answer": solution, "question": question},
         })
     return rows
+
+
+# ---- verl's multi-turn rows: `agent_name: tool_agent`, `extra_info.tools_kwargs.<tool>.create_kwargs`
+
+TOOL_AGENT = "tool_agent"
+
+
+def row_is_multi_turn(record: dict) -> bool:
+    """Whether a record of a multi_turn run may call tools: verl rows (those with a data_source) only with
+    `agent_name: tool_agent` (verl's default agent is single-turn); ppokit's own rows unless their
+    agent_name names another agent."""
+    fields = record.get("fields") or {}
+    name = fields.get("agent_name")
+    if name is not None:
+        return name == TOOL_AGENT
+    return "data_source" not in fields
+
+
+def tools_kwargs_of(record: dict) -> dict:
+    """verl's per-row tool arguments {tool: {"create_kwargs": {...}, ...}} from extra_info.tools_kwargs ({} if none).
+
+    Raises ValueError naming the record when tools_kwargs is there but is not a mapping of tool names."""
+    fields = record.get("fields") or {}
+    extra = fields.get("extra_info") if isinstance(fields.get("extra_info"), dict) else {}
+    kwargs = extra.get("tools_kwargs") or {}
+    if not isinstance(kwargs, dict) or not all(isinstance(v, dict) for v in kwargs.values()):
+        raise ValueError(f"{record.get('source', 'a record')}: extra_info.tools_kwargs must map each tool name to "
+                         f"{{'create_kwargs': {{...}}}}, got {kwargs!r:.80}")
+    return kwargs

@@ -59,12 +59,18 @@ class RolloutOutput:
     order. `response_ids[j]` has no padding and ends with the EOS token when the response stopped
     (`finish_reasons[j] == "stop"`); a response cut at max_new_tokens has finish reason "length".
     `logprobs[j][t]` is the sampler's log-prob of token t when the engine provides it, else None.
+    Multi-turn (`ppokit.rollout.agent_loop`): a response holds the model's turns and the tool results
+    between them; `loss_mask[j][t]` is 1 on the model's tokens and 0 on tool results (None: all the
+    model's), `turns[j]` its segments in order ({"role": "assistant"|"tool", "text", "start", "end",
+    "calls": [...]}, token offsets into response_ids[j]).
     """
 
     prompt_index: list[int]
     response_ids: list[list[int]]
     finish_reasons: list[str]
     logprobs: list[list[float]] | None = None
+    loss_mask: list[list[int]] | None = None
+    turns: list[list[dict]] | None = None
 
     @property
     def num_truncated(self) -> int:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import difflib
 
-from ppokit.tasks import arithmetic, countdown, gsm8k, knights_knaves, math_boxed
+from ppokit.tasks import arithmetic, countdown, gsm8k, knights_knaves, math_boxed, multiply
 from ppokit.tasks.task import Task, TaskError
 
 TASKS: dict[str, Task] = {
-    t.name: t for t in (knights_knaves.TASK, arithmetic.TASK, countdown.TASK, gsm8k.TASK, math_boxed.TASK)
+    t.name: t for t in (knights_knaves.TASK, arithmetic.TASK, countdown.TASK, gsm8k.TASK, math_boxed.TASK,
+                        multiply.TASK)
 }
 ALIASES = {"kk": "knights_knaves", "ppo-kk": "knights_knaves", "knights_and_knaves": "knights_knaves"}
 # verl's data_source values whose default scorer these tasks reproduce (verl.utils.reward_score).

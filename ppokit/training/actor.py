@@ -20,7 +20,7 @@ from ppokit.training.update import LossConfig, chunks, minibatch_update
 def actor_loss(engine, part: RolloutBatch, cfg: LossConfig, denoms, compute_dtype, device, extra_loss=None,
                positive_tokens=None):
     """Loss of one micro-batch (already scaled to its share of the mini-batch) and its metrics."""
-    mask = part.response_mask
+    mask = part.loss_mask
     # Entropy is always logged; it carries gradient only when it is part of the loss.
     entropy_mode = "grad" if cfg.entropy_coeff != 0 else "detached"
     logp, entropy = policy_forward(engine, part, cfg.chunk_size, entropy_mode, compute_dtype, device, part.temperature)
@@ -74,7 +74,7 @@ def rollout_correction(pg, old, part: RolloutBatch, cfg: LossConfig) -> tuple:
             raise ValueError(f"rollout_is={cfg.rollout_is} needs the rollout engine's log-probs, but this batch has "
                              "none (a batch built without them); set rollout_is: off.")
         return pg, {}
-    rollout_logp, mask = part.rollout_logprobs.to(old.device), part.response_mask.to(old.device)
+    rollout_logp, mask = part.rollout_logprobs.to(old.device), part.loss_mask.to(old.device)
     diff = logprob_mismatch(old, rollout_logp, mask)
     metrics = {"rollout/logprob_diff": float(diff["logprob_diff"]),
                "rollout/logprob_diff/max": float(diff["logprob_diff_max"])}
@@ -90,7 +90,7 @@ def positive_token_counts(batch: RolloutBatch, plan) -> list[float]:
     order (update_iters passes over the same mini-batches): the positive-example LM loss's denominators."""
     if batch.scores is None:
         raise ValueError("the positive-example LM loss needs scores: score the batch first (Session.score(batch)).")
-    positive = batch.response_mask * (batch.scores > 0).to(batch.response_mask.dtype)[:, None]
+    positive = batch.loss_mask * (batch.scores > 0).to(batch.loss_mask.dtype)[:, None]
     minis = chunks(len(batch), plan.mini_batch_sequences_per_rank)
     counts = list(all_reduce_sum(*[float(positive[idx].sum()) for idx in minis]))
     return counts * plan.update_iters

@@ -1,7 +1,10 @@
 """From scores to advantages, per `rl_algorithm`: token rewards, KL in the reward, the estimator.
 
 Orchestration only: the algorithm table (`algos.ALGORITHMS`) says which estimator runs and whether
-KL goes into the reward; the estimator comes from `algos.ADVANTAGE_ESTIMATORS` by that name.
+KL goes into the reward; the estimator comes from `algos.ADVANTAGE_ESTIMATORS` by that name, fed by
+`estimator_inputs_of` (the one adapter from a batch and the arguments to the estimators' inputs).
+Every mask here is the loss mask: in a multi-turn batch the score sits on the last token the model
+generated, and tool results get neither KL nor advantages.
 
 PPO (as PaddleNLP): the score sits on the last response token, every response token gets
 -beta * KL(actor_old || ref) with the `kl_penalty` estimator (beta = the KL controller's value), and
@@ -17,9 +20,9 @@ from dataclasses import replace
 
 import torch
 
-from ppokit.algos import ADVANTAGE_ESTIMATORS, algorithm
+from ppokit.algos import algorithm
 from ppokit.algos import kl as kl_math
-from ppokit.algos.advantages import score_to_token_rewards
+from ppokit.algos.advantages import compute_advantages, score_to_token_rewards
 from ppokit.algos.masked import masked_mean
 from ppokit.engine import all_reduce_sum, default_group
 from ppokit.training.batch import RolloutBatch
@@ -30,7 +33,7 @@ def kl_in_reward(batch: RolloutBatch, token_rewards: torch.Tensor, estimator: st
     if batch.old_logprobs is None:
         raise ValueError("KL in the reward needs the actor's log-probs at rollout time (batch.old_logprobs); "
                          "get the batch from Session.rollout().")
-    mask = batch.response_mask
+    mask = batch.loss_mask
     token_rewards, kl = kl_math.apply_kl_penalty(token_rewards, batch.old_logprobs, batch.ref_logprobs, mask, beta,
                                                  estimator)
     n_tok, kl_sum, n_seq = all_reduce_sum(float(mask.sum()), float((kl * mask).sum()), float(len(mask)))
@@ -51,7 +54,7 @@ def with_advantages(batch: RolloutBatch, args, beta: float) -> RolloutBatch:
     if batch.scores is None:
         raise ValueError("advantages need scores: score the batch first (Session.score(batch)).")
     algo = algorithm(args.rl_algorithm)
-    mask = batch.response_mask
+    mask = batch.loss_mask
     scores = batch.scores.float()
     metrics: dict[str, float] = {}
     token_rewards = score_to_token_rewards(scores, mask)
@@ -63,13 +66,17 @@ def with_advantages(batch: RolloutBatch, args, beta: float) -> RolloutBatch:
     if algo.needs_critic and batch.values is None:
         raise ValueError(f"{args.rl_algorithm} advantages need the critic's values (batch.values); get the batch "
                          "from Session.rollout().")
-    advantages, returns = ADVANTAGE_ESTIMATORS[algo.estimator](
-        token_rewards, mask, scores=scores, group_ids=batch.group_ids, values=batch.values, gamma=args.gamma,
-        lam=args.lam, norm_by_std=args.norm_adv_by_std_in_grpo, whiten=args.normalize_advantage is not False,
-        group=default_group(), lam_critic=args.lam_critic, length_alpha=args.length_adaptive_alpha,
-    )
+    advantages, returns = compute_advantages(algo.estimator, **estimator_inputs_of(batch, args, token_rewards))
     metrics["advantages/mean"] = float(masked_mean(advantages, mask))
     metrics["advantages/abs_mean"] = float(masked_mean(advantages.abs(), mask))
     metrics["returns/mean"] = float(masked_mean(returns, mask))
     return replace(batch, token_rewards=token_rewards, advantages=advantages, returns=returns,
                    stats={**batch.stats, **metrics})
+
+
+def estimator_inputs_of(batch: RolloutBatch, args, token_rewards: torch.Tensor) -> dict:
+    """Every input an estimator may name, from the batch and the arguments; each estimator takes what it declares."""
+    return dict(token_rewards=token_rewards, mask=batch.loss_mask, scores=batch.scores.float(),
+                group_ids=batch.group_ids, values=batch.values, gamma=args.gamma, lam=args.lam,
+                norm_by_std=args.norm_adv_by_std_in_grpo, whiten=args.normalize_advantage is not False,
+                group=default_group(), lam_critic=args.lam_critic, length_alpha=args.length_adaptive_alpha)

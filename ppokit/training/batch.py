@@ -2,7 +2,10 @@
 
 Layout (verl's): `input_ids` is the left-padded prompt (P columns) followed by the right-padded
 response (R columns). Token-level quantities (log-probs, rewards, advantages) are (B, R) and line
-up with the response columns; `response_mask` marks real response tokens.
+up with the response columns. Two masks: `response_mask` marks real response tokens (not padding: what the
+forward pass reads), `loss_mask` the tokens the policy generated (what losses, KL, entropy, advantages and their
+denominators count). They differ only in multi-turn rollouts, where tool results sit between the model's turns
+with loss_mask 0; a single-turn batch has `loss_mask == response_mask`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,12 @@ class RolloutBatch:
     returns: torch.Tensor | None = None  # (B, R)
     stats: dict[str, float] = field(default_factory=dict)  # rollout/reward facts for logging
     temperature: float = 1.0  # sampling temperature of the rollout; log-probs are taken at the same one
+    loss_mask: torch.Tensor | None = None  # (B, R) float32: 1 on the policy's own tokens; None -> response_mask
+    turns: list[list[dict]] | None = None  # multi-turn only: per sequence its segments (see rollout.agent_loop)
+
+    def __post_init__(self):
+        if self.loss_mask is None:
+            self.loss_mask = self.response_mask.clone()
 
     def __len__(self) -> int:
         return len(self.records)
@@ -63,8 +72,13 @@ class RolloutBatch:
 
     @property
     def response_lengths(self) -> torch.Tensor:
-        """(B,) number of real response tokens."""
+        """(B,) number of real response tokens (tool results included)."""
         return self.response_mask.sum(-1)
+
+    @property
+    def model_lengths(self) -> torch.Tensor:
+        """(B,) number of tokens the policy generated (loss_mask); equals response_lengths in single-turn."""
+        return self.loss_mask.sum(-1)
 
     def select(self, index: torch.Tensor | list[int]) -> RolloutBatch:
         """A new batch with the sequences at `index` (tensors indexed on dim 0, lists picked)."""
@@ -116,11 +130,14 @@ def build_batch(
     tokenizer,
     rollout_logprobs: list[list[float]] | None = None,
     group_offset: int = 0,
+    loss_masks: list[list[int]] | None = None,
+    turns: list[list[dict]] | None = None,
 ) -> RolloutBatch:
     """Assemble a RolloutBatch from per-prompt token ids and the engine's per-response output.
 
     prompt_index[j] names the prompt (index into records/prompt_ids) that response j answers; its
-    group id is `group_offset + prompt_index[j]`.
+    group id is `group_offset + prompt_index[j]`. loss_masks[j] (len(response_ids[j])): 1 on the model's
+    tokens, 0 on tool results (multi-turn); None: every response token is the model's.
     """
     pad = tokenizer.pad_token_id
     P = max(len(prompt_ids[i]) for i in prompt_index)
@@ -130,6 +147,7 @@ def build_batch(
     attention = torch.zeros((B, P + R), dtype=torch.long)
     response_mask = torch.zeros((B, R), dtype=torch.float32)
     logprobs = torch.zeros((B, R)) if rollout_logprobs is not None else None
+    loss_mask = torch.zeros((B, R), dtype=torch.float32) if loss_masks is not None else None
     for j, (i, resp) in enumerate(zip(prompt_index, response_ids)):
         prompt = prompt_ids[i]
         input_ids[j, P - len(prompt) : P] = torch.tensor(prompt, dtype=torch.long)
@@ -138,9 +156,13 @@ def build_batch(
             input_ids[j, P : P + len(resp)] = torch.tensor(resp, dtype=torch.long)
             attention[j, P : P + len(resp)] = 1
             response_mask[j, : len(resp)] = 1.0
+            if loss_mask is not None:
+                loss_mask[j, : len(resp)] = torch.tensor(loss_masks[j], dtype=torch.float32)
             if logprobs is not None:
                 logprobs[j, : len(resp)] = torch.tensor(rollout_logprobs[j][: len(resp)])
     texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True)
+    if turns is not None:  # multi-turn: the answer is the last model turn (the whole exchange is in `turns`)
+        texts = [final_answer(ids, t, tokenizer) for ids, t in zip(response_ids, turns)]
     return RolloutBatch(
         records=[records[i] for i in prompt_index],
         group_ids=torch.tensor([group_offset + i for i in prompt_index], dtype=torch.long),
@@ -152,6 +174,8 @@ def build_batch(
         prompt_len=P,
         finish_reasons=list(finish_reasons),
         rollout_logprobs=logprobs,
+        loss_mask=loss_mask,
+        turns=turns,
     )
 
 
@@ -186,3 +210,9 @@ def concat_batches(batches: list[RolloutBatch], tokenizer) -> RolloutBatch:
         elif f.name == "reward_terms" and vals[0]:
             merged[f.name] = {k: torch.cat([v[k] for v in vals]) for k in vals[0]}
     return replace(wide[0], **merged)
+
+
+def final_answer(ids: list[int], turns: list[dict], tokenizer) -> str:
+    """The text of the last model turn of a multi-turn response (special tokens dropped)."""
+    last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
+    return "" if last is None else tokenizer.decode(ids[last["start"]:last["end"]], skip_special_tokens=True)

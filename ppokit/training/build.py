@@ -65,6 +65,7 @@ class State:
     critic: Critic | None = None
     reward_normalizer: RunningNormalizer | None = None
     ptx_loss: Callable[[], tuple[torch.Tensor, dict[str, float]]] | None = None  # PTX term, `.loader` attached
+    agent: object | None = None  # rollout.agent_loop.AgentSpec of a multi_turn run (tools loaded), else None
     rollouts_drawn: int = 0
     updates_done: int = 0
     skipped_groups: int = 0
@@ -268,6 +269,12 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
                   kl_ctl=make_kl_controller(args.kl_ctrl_type, args.kl_coeff, args.target_kl, args.kl_horizon),
                   logprob_batch_size=logprob_bs,
                   applied_kl={"kl_coeff": args.kl_coeff, "target_kl": args.target_kl, "kl_horizon": args.kl_horizon})
+    if args.multi_turn:  # tools are loaded (and their files checked) before any model work
+        from ppokit.rollout.agent_loop import agent_spec
+
+        state.agent = agent_spec(args, policy.tokenizer)
+    elif args.tools or args.tool_config_path:
+        logger.warning("tools / tool_config_path have no effect without multi_turn: true (rollouts stay single-turn)")
     if algorithm(args.rl_algorithm).needs_critic:
         from ppokit.training.critic import build_critic
 

@@ -120,10 +120,10 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 def critic_loss(critic: Critic, part: RolloutBatch, cfg: LossConfig, denoms) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped value loss of one micro-batch (its share of the mini-batch) and its clip fraction."""
     values = value_forward(critic.engine, part, critic.compute_dtype, critic.device)  # the engine: ZeRO-3 accumulates
-    per_token, m = VALUE_LOSSES["clipped"](values, part.values, part.returns, part.response_mask,
+    per_token, m = VALUE_LOSSES["clipped"](values, part.values, part.returns, part.loss_mask,
                                            cfg.clip_range_value)
     tokens, seqs = denoms
-    loss = reduce_loss(per_token, part.response_mask, "token-mean", global_tokens=tokens, global_seqs=seqs)
+    loss = reduce_loss(per_token, part.loss_mask, "token-mean", global_tokens=tokens, global_seqs=seqs)
     return loss, {"critic/value_loss": float(loss.detach()), "critic/vf_clipfrac": float(m["vf_clipfrac"])}
 
 
@@ -134,8 +134,8 @@ def critic_update(critic: Critic, batch: RolloutBatch, cfg: LossConfig, plan) ->
     out = minibatch_update(critic.engine, batch, plan, lambda part, denoms, first: critic_loss(critic, part, cfg, denoms),
                            prefix="critic", device=critic.device, hint="check the rewards (clip_range_score, normalize_reward) and "
                            "critic_learning_rate")
-    out["critic/values_mean"] = float(masked_mean(batch.values, batch.response_mask))
-    out["critic/returns_mean"] = float(masked_mean(batch.returns, batch.response_mask))
-    out["critic/explained_variance"] = explained_variance(batch.values, batch.returns, batch.response_mask)
+    out["critic/values_mean"] = float(masked_mean(batch.values, batch.loss_mask))
+    out["critic/returns_mean"] = float(masked_mean(batch.returns, batch.loss_mask))
+    out["critic/explained_variance"] = explained_variance(batch.values, batch.returns, batch.loss_mask)
     out["critic/lr"] = current_lr(critic.engine)
     return out

@@ -176,7 +176,12 @@ def sample_rows(batch: RolloutBatch, limit: int = 4) -> list[dict]:
         row = {"question": question_text(batch.records[i], batch.prompt_texts[i]), "prompt": batch.prompt_texts[i],
                "response": batch.response_texts[i], "reward": float(batch.scores[i])}
         if batch.advantages is not None:
-            row["advantage"] = float(batch.advantages[i][batch.response_mask[i] > 0][:1].sum())
+            row["advantage"] = float(batch.advantages[i][batch.loss_mask[i] > 0][:1].sum())
         row.update({f"reward/{k}": float(v[i]) for k, v in batch.reward_terms.items()})
+        if batch.turns is not None:  # multi-turn: the final answer, the marked exchange and its segments
+            from ppokit.rollout.agent_loop import turns_text
+
+            row["answer"], row["response"] = row["response"], turns_text(batch.turns[i])
+            row["turns"] = [{"role": t["role"], "text": t["text"]} for t in batch.turns[i]]
         rows.append(row)
     return rows

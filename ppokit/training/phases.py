@@ -51,12 +51,26 @@ def generate(state, records: list[dict], sampling: SamplingParams, group_offset:
     """Generate `sampling.n` responses for each record (already encoded) and assemble the batch."""
     prompt_ids = [r["_prompt_ids"] for r in records]
     texts = [r["_prompt_text"] for r in records]
-    out = state.rollout_engine.generate(prompt_ids, sampling)
+    agent = getattr(state, "agent", None)
+    if agent is not None:  # multi-turn: the agent loop drives the engine, tool results get loss_mask 0
+        from ppokit.data.verl_rows import row_is_multi_turn, tools_kwargs_of
+        from ppokit.rollout.agent_loop import agent_generate
+
+        out = agent_generate(state.rollout_engine, state.policy.tokenizer, prompt_ids, sampling, agent,
+                             [row_is_multi_turn(r) for r in records], [tools_kwargs_of(r) for r in records])
+    else:
+        out = state.rollout_engine.generate(prompt_ids, sampling)
     batch = build_batch(
         records, prompt_ids, texts, out.prompt_index, out.response_ids, out.finish_reasons,
         state.policy.tokenizer, rollout_logprobs=out.logprobs, group_offset=group_offset,
+        loss_masks=out.loss_mask, turns=out.turns,
     )
-    return replace(batch, temperature=sampling.temperature if sampling.temperature > 0 else 1.0)
+    stats = batch.stats
+    if out.turns is not None:
+        from ppokit.rollout.agent_loop import tool_metrics
+
+        stats = {**stats, **tool_metrics(out.turns)}
+    return replace(batch, temperature=sampling.temperature if sampling.temperature > 0 else 1.0, stats=stats)
 
 
 def draw_local_prompts(state) -> tuple[list[dict], int]:
@@ -139,13 +153,18 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
     ranks are kept at one batch size (`drop_failed_groups`).
     """
     started = time.perf_counter()
-    total, per_fn = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts, batch.records)
+    total, per_fn = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts,
+                                    with_conversation(batch))
+    if batch.turns is not None:  # multi-turn: the tools' step rewards (verl's execute / calc_reward) join the score
+        per_fn["tool_step"] = tool_step_rewards(batch.turns)
+        total = total + per_fn["tool_step"]
     balanced = 0
     # a collective under skip_group, which every rank takes (NaN rewards come only from skip_group's reward sources)
     if args.reward_on_error == "skip_group" or torch.isnan(total).any():
         batch, total, per_fn, balanced = drop_failed_groups(state, args, batch, total, per_fn)
     if args.enable_overlong_reward_buffer:
-        penalty = overlong_penalty(batch.response_lengths, args.max_dec_len, args.overlong_reward_buffer,
+        penalty = overlong_penalty(batch.model_lengths,  # the policy's own tokens, not tool results
+                                   args.max_dec_len, args.overlong_reward_buffer,
                                    args.overlong_penalty_factor)
         per_fn["overlong"] = penalty
         total = total + penalty
@@ -220,3 +239,18 @@ def update(state, args, batch: RolloutBatch) -> dict[str, float]:
 
 
 __all__ = ["rollout", "score", "advantages", "update", "sampling_params", "generate"]
+
+
+def with_conversation(batch: RolloutBatch) -> list[dict]:
+    """The records reward functions see: multi-turn rows also carry `conversation` (the response's segments in
+    order: {"role": "assistant"|"tool", "text", "calls"}), a keyword a reward function may name; the
+    `responses` they get are the final answers (the last model turn)."""
+    if batch.turns is None:
+        return batch.records
+    return [{**r, "fields": {**(r.get("fields") or {}), "conversation": t}} for r, t in zip(batch.records, batch.turns)]
+
+
+def tool_step_rewards(turns: list[list[dict]]) -> torch.Tensor:
+    """(B,) per row: the sum of its calls' step rewards plus the tools' final calc_reward."""
+    return torch.tensor([sum(c.get("reward", 0.0) for t in row for c in t.get("calls", [])) +
+                         (row[-1].get("tool_reward", 0.0) if row else 0.0) for row in turns], dtype=torch.float32)

@@ -118,7 +118,7 @@ def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, pref
     for _ in range(plan.update_iters):
         for mini_idx in chunks(len(batch), plan.mini_batch_sequences_per_rank):
             mini = batch.select(mini_idx)
-            denoms = minibatch_denominators(mini.response_mask)
+            denoms = minibatch_denominators(mini.loss_mask)
             micro = length_sorted_chunks(mini.attention_mask, plan.micro_batch_size, mini.group_ids)
             for k, idx in enumerate(micro):
                 # Forward through the engine, not engine.module: ZeRO-3 counts micro-steps in the engine's

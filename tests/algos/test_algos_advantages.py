@@ -8,7 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppokit.algos import ADVANTAGE_ESTIMATORS, compute_advantages
-from ppokit.algos.advantages import gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo
+from ppokit.algos.advantages import (
+    gae,
+    grpo,
+    reinforce_pp,
+    reinforce_pp_baseline,
+    rloo,
+    score_to_token_rewards,
+)
 
 
 def _lengths_mask(lengths, t):
@@ -105,12 +112,29 @@ def test_reinforce_pp_worked_example():
     torch.testing.assert_close(adv, expected, atol=1e-6, rtol=1e-5)
 
 
-def test_reinforce_pp_return_restarts_after_masked_token():
-    r = torch.tensor([[1.0, 1.0, 1.0]])
+def test_reinforce_pp_return_carries_across_masked_tokens():
+    r = torch.tensor([[1.0, 5.0, 1.0]])  # the 5 sits on a masked (tool-result) token: ignored
     m = torch.tensor([[1, 0, 1]])
-    _, ret = reinforce_pp(r, m, gamma=1.0)
-    # t2: R = 1 -> G2 = 1 ; t1 masked: G1 = 1 + 1 = 2 (reported as 0), then R <- 0 ; t0: R = 1
-    torch.testing.assert_close(ret, torch.tensor([[1.0, 0.0, 1.0]]))
+    _, ret = reinforce_pp(r, m, gamma=0.5)
+    # t2: R = 1 -> G2 = 1 ; t1 masked: skipped, R stays 1, G1 reported 0 ; t0: R = 1 + 0.5 * 1 = 1.5
+    torch.testing.assert_close(ret, torch.tensor([[1.5, 0.0, 1.0]]))
+    # the same as the row with the masked token removed
+    _, short = reinforce_pp(torch.tensor([[1.0, 1.0]]), torch.ones(1, 2), gamma=0.5)
+    torch.testing.assert_close(ret[:, [0, 2]], short)
+
+
+def test_score_sits_on_the_last_model_token_of_a_multi_turn_row():
+    # model tokens 0-1, tool result 2-3, model tokens 4, padding 5; second row: single turn of 2 tokens
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
+    tr = score_to_token_rewards(torch.tensor([2.0, -1.0]), mask)
+    torch.testing.assert_close(tr, torch.tensor([[0.0, 0, 0, 0, 2, 0], [0, -1, 0, 0, 0, 0]]))
+    # REINFORCE++ with gamma 1: every model token of row 0 gets the score (before whitening), tool tokens 0
+    _, ret = reinforce_pp(tr, mask, gamma=1.0)
+    torch.testing.assert_close(ret, torch.tensor([[2.0, 2, 0, 0, 2, 0], [-1, -1, 0, 0, 0, 0]]))
+    # GAE with V = 0.5 everywhere, gamma = lam = 1: A_t = score - V_t over model tokens, tool tokens skipped
+    adv, g_ret = gae(tr, torch.full_like(tr, 0.5), mask, 1.0, 1.0, whiten=False)
+    torch.testing.assert_close(adv, torch.tensor([[1.5, 1.5, 0, 0, 1.5, 0], [-1.5, -1.5, 0, 0, 0, 0]]))
+    torch.testing.assert_close(g_ret, ret)
 
 
 def test_reinforce_pp_baseline_worked_example():
@@ -212,3 +236,21 @@ def test_registry_entries_match_the_functions():
     adv_rpp, _ = compute_advantages("reinforce_plus_plus", r, mask, gamma=1.0)
     # with V = 0, gamma = lam = 1, GAE's A is the return: same as REINFORCE++ after whitening
     torch.testing.assert_close(adv_g, adv_rpp)
+
+
+def test_adding_an_estimator_is_one_decorated_function():
+    from ppokit.algos.advantages import ADVANTAGE_ESTIMATORS as table
+    from ppokit.algos.advantages import estimator
+
+    @estimator("test_constant")
+    def constant(mask, gamma):  # reads only what it names
+        return mask * gamma, mask
+    try:
+        adv, _ = compute_advantages("test_constant", torch.zeros(2, 3), torch.ones(2, 3), gamma=2.0, values=None)
+        torch.testing.assert_close(adv, torch.full((2, 3), 2.0))
+        with pytest.raises(ValueError, match="needs gamma"):
+            compute_advantages("test_constant", torch.zeros(2, 3), torch.ones(2, 3))
+        with pytest.raises(ValueError, match="registered twice"):
+            estimator("test_constant")(constant)
+    finally:
+        table.pop("test_constant")

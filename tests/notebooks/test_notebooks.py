@@ -141,3 +141,12 @@ def test_grpo_step_by_step_with_the_bundled_model(tmp_path, kernel_path, monkeyp
     nb = execute("01_grpo_step_by_step.ipynb", None, tmp_path / "out", kernel_path, monkeypatch)
     assert "reward tensor: (8,)" in output(nb, "rewards = s.score(batch)")
     assert "metrics.jsonl: 3 step rows, 1 eval row" in output(nb, "import json")
+
+
+def test_tool_use_notebook_shows_turns_and_masks(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
+    nb = execute("04_tool_use.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
+    assert "tools: ['multiply'] | format: hermes | max turns: 2" in output(nb, "s = Session.from_json(")
+    assert "tools/calls_per_sample" in output(nb, "batch = s.rollout()")
+    rows = output(nb, "def show_row(")
+    assert rows.count("row ") == 4 and "[model] tokens 0-" in rows and "of which the model's" in rows
+    assert "advantage on tool tokens: 0.0" in output(nb, "s.score(batch)")

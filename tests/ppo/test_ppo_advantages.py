@@ -15,10 +15,11 @@ def by_position(prompts, responses, **fields):
 
 
 def shorten(batch, lengths):
-    """Cut each response to `lengths[i]` tokens: mask, attention and ids past it become padding."""
+    """Cut each response to `lengths[i]` tokens: masks, attention and ids past it become padding."""
     P = batch.prompt_len
     for i, n in enumerate(lengths):
         batch.response_mask[i, n:] = 0.0
+        batch.loss_mask[i, n:] = 0.0
         batch.attention_mask[i, P + n :] = 0
         batch.input_ids[i, P + n :] = 0
 

@@ -4,7 +4,7 @@ from ppokit.tasks import TASKS, TaskError, get
 
 
 def test_registry_names_and_aliases():
-    assert list(TASKS) == ["knights_knaves", "arithmetic", "countdown", "gsm8k", "math"]
+    assert list(TASKS) == ["knights_knaves", "arithmetic", "countdown", "gsm8k", "math", "multiply"]
     assert get("kk") is get("knights_knaves") is TASKS["knights_knaves"]
     assert get("arithmetic").name == "arithmetic"
 
@@ -12,7 +12,7 @@ def test_registry_names_and_aliases():
 def test_unknown_task_lists_the_known_ones():
     with pytest.raises(
         TaskError,
-        match=r"unknown task 'arithmetics'; known tasks: knights_knaves, arithmetic, countdown, gsm8k, math\. Did you mean 'arithmetic'\?",
+        match=r"unknown task 'arithmetics'; known tasks: knights_knaves, arithmetic, countdown, gsm8k, math, multiply\. Did you mean 'arithmetic'\?",
     ):
         get("arithmetics")
 

@@ -56,16 +56,22 @@ def test_no_rule_is_dead_and_table_keys_are_of_some_era():
                                                                                         "penalty_factor"))}
 
 
-def test_multi_turn_keys_are_one_refused_block():
+def test_multi_turn_keys_are_one_block_mapped_onto_the_agent_loop(tmp_path):
     tree = {k for k in LEAVES if ".multi_turn." in k}
     assert tree <= set(MULTI_TURN_KEYS)
     for key in ("enable", "tool_config_path", "max_assistant_turns", "max_tool_response_length", "format",
                 "max_parallel_calls"):
-        assert resolve(f"actor_rollout_ref.rollout.multi_turn.{key}").kind == "refused"
-    with pytest.raises(ConfigError, match="multi_turn.enable: multi-turn tool use is not in this build"):
-        parse_main_ppo(["actor_rollout_ref.rollout.multi_turn.enable=True"])
-    args, _, _ = parse_main_ppo(["actor_rollout_ref.rollout.multi_turn.enable=False"])  # asks for nothing
-    assert args.rollout_n == 1
+        assert resolve(f"actor_rollout_ref.rollout.multi_turn.{key}").kind == "mapped"
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools: []\n")
+    args, _, _ = parse_main_ppo(["actor_rollout_ref.rollout.multi_turn.enable=True", "actor_rollout_ref.rollout.n=2",
+                                 f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+                                 "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+                                 "actor_rollout_ref.rollout.multi_turn.format=chatml"])
+    assert (args.multi_turn, args.tool_config_path, args.max_assistant_turns, args.tool_format) == (
+        True, str(tools), 3, "hermes")
+    with pytest.raises(ConfigError, match="interactions"):
+        parse_main_ppo(["actor_rollout_ref.rollout.multi_turn.interaction_config_path=x.yaml"])
 
 
 def test_current_and_removed_keys_are_accepted_typos_are_not():

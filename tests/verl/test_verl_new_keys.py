@@ -84,7 +84,7 @@ def test_explain_names_the_releases_and_the_reason():
     assert "no effect in ppokit (ppokit trains with DeepSpeed" in explain("actor_rollout_ref.actor.fsdp_config.grad_offload")
     assert explain("actor_rollout_ref.actor.fsdp_config.grad_offload").endswith("in verl v0.2.")
     assert "removed in verl v0.3.0.post1" in explain("actor_rollout_ref.actor.fsdp_config.grad_offload")
-    assert "multi-turn tool use is not in this build" in explain("actor_rollout_ref.rollout.multi_turn.enable")
+    assert "sets multi_turn (tool calls over several turns" in explain("actor_rollout_ref.rollout.multi_turn.enable")
 
 
 def test_a_yaml_file_is_held_to_the_same_refusals(tmp_path):
