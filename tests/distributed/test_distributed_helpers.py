@@ -91,3 +91,12 @@ def test_one_process_returns_its_input():
 def test_zero_options_from_paddle_keys(keys, stage, offload):
     args = load_arguments(None, overrides={"train_datasets": "x.jsonl", **keys})
     assert zero_options(args) == {"zero_stage": stage, "offload_optimizer": offload}
+
+
+def test_vapo_lm_loss_combines_like_its_sibling_losses():
+    """One table for micro-batches and ranks (issue 23): actor/positive_lm_loss is a share of a global-denominator
+    loss like actor/pg_loss, summed per optimizer step and over ranks (it was averaged over ranks)."""
+    from ppokit.training.metric_table import reduction
+
+    assert reduction("actor/positive_lm_loss") == reduction("actor/pg_loss") == reduction("critic/value_loss")
+    assert reduction("actor/positive_lm_loss").ranks == "sum" and reduction("actor/positive_lm_loss").micro == "share"

@@ -162,3 +162,15 @@ def test_grpo_with_a_critic_path_says_it_is_not_used():
     args = load_arguments(overrides={"rl_algorithm": "grpo", "rollout_n": 4, "global_batch_size": 2,
                                      "critic_model_name_or_path": "some/critic"})
     assert any(n.startswith("critic_model_name_or_path is not used: rl_algorithm=grpo has no critic") for n in args.notes)
+
+
+def test_every_restart_key_is_refused_in_a_running_session(session):
+    from ppokit.args.liveness import liveness
+
+    restart = [k for k in Arguments.model_fields if liveness(k) == "restart"]
+    assert len(restart) > 50
+    for key in restart:
+        old = getattr(session.args, key)
+        with pytest.raises(PpokitError, match=f"{key}=.* cannot change in a running Session"):
+            setattr(session.args, key, "anything")
+        assert getattr(session.args, key) == old, key
