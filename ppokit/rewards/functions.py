@@ -19,13 +19,10 @@ groups are dropped as the reward server client does. Ctrl-C while a function run
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
 import logging
 import math
 import numbers
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -33,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ppokit.rewards.errors import RewardError
+from ppokit.userfile import import_user_file
 
 _log = logging.getLogger("ppokit")
 
@@ -402,18 +400,12 @@ def load_reward_function(spec: str, base_dir: str | Path | None = None) -> Named
         looked = ", ".join(str(c.resolve()) for c in candidates)
         raise RewardError(f"reward function file {path_text!r} does not exist (looked at {looked})")
     found = found.resolve()
-    module_name = f"ppokit_reward_{found.stem}_{hashlib.sha1(str(found).encode()).hexdigest()[:8]}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        module_spec = importlib.util.spec_from_file_location(module_name, found)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[module_name] = module
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:
-            del sys.modules[module_name]
-            raise RewardError(f"importing reward function file {str(found)!r} failed: "
-                              f"{type(exc).__name__}: {exc}") from exc
+    try:
+        module = import_user_file(found, "ppokit_reward")
+    except Exception as exc:
+        raise RewardError(f"importing reward function file {str(found)!r} failed: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    module_name = module.__name__
     fn = getattr(module, fn_name, None)
     if fn is None or not callable(fn):
         available = sorted(k for k, v in vars(module).items()

@@ -12,7 +12,6 @@ import importlib
 import importlib.util
 import inspect
 import re
-import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ppokit.errors import PpokitError
+from ppokit.userfile import import_user_file
 
 
 class ToolError(PpokitError):
@@ -121,18 +121,10 @@ def _import_file(path: str, what: str):
     found = Path(path)
     if not found.is_file():
         raise ToolError(f"{what}: file {path!r} not found (relative paths are from the working directory)")
-    module_name = f"ppokit_tools_{found.stem}_{abs(hash(str(found.resolve())))}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, found)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        return import_user_file(found, "ppokit_tools")
     except Exception as exc:
-        del sys.modules[module_name]
         raise ToolError(f"{what}: importing {path!r} failed: {type(exc).__name__}: {exc}") from exc
-    return module
 
 
 BUNDLED = {"multiply": "ppokit.tasks.multiply:multiply"}
