@@ -127,7 +127,7 @@ def rollout_steps(args: Any, batches_per_epoch: int | None) -> tuple[int, str]:
     return max(1, math.ceil(args.num_train_epochs * batches_per_epoch)), "epochs"
 
 
-def _own(args: Any, key: str, critic: bool) -> Any:
+def option(args: Any, key: str, critic: bool = False) -> Any:
     """`critic_<key>` for the critic when set, else the actor's `<key>` (PaddleNLP copies critic_* keys over)."""
     value = getattr(args, f"critic_{key}", None) if critic else None
     return getattr(args, key) if value is None else value
@@ -136,10 +136,10 @@ def _own(args: Any, key: str, critic: bool) -> Any:
 def lr_schedule(args: Any, optimizer_steps: int, per_rollout: int, *, critic: bool = False) -> LRSchedule:
     """The actor's (or, with its critic_* keys, the critic's) schedule over `optimizer_steps` optimizer steps."""
     total = max(optimizer_steps, 1)
-    warmup = args.warmup_steps if args.warmup_steps > 0 else math.ceil(_own(args, "warmup_ratio", critic) * total)
-    decay = _own(args, "decay_steps", critic)  # rollout steps, like max_steps
-    return LRSchedule(kind=_own(args, "lr_scheduler_type", critic), total_steps=total, warmup_steps=warmup,
-                      lr=_own(args, "learning_rate", critic), min_lr=_own(args, "min_learning_rate", critic),
+    warmup = args.warmup_steps if args.warmup_steps > 0 else math.ceil(option(args, "warmup_ratio", critic) * total)
+    decay = option(args, "decay_steps", critic)  # rollout steps, like max_steps
+    return LRSchedule(kind=option(args, "lr_scheduler_type", critic), total_steps=total, warmup_steps=warmup,
+                      lr=option(args, "learning_rate", critic), min_lr=option(args, "min_learning_rate", critic),
                       decay_steps=None if decay is None else max(1, decay * per_rollout))
 
 

@@ -14,6 +14,7 @@ import random
 import numpy as np
 import torch
 
+from ppokit.args.run_plan import option
 from ppokit.engine import build_engine, deepspeed_config, zero_settings
 
 
@@ -31,12 +32,6 @@ def choose_device(args, dist_info) -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", dist_info.local_rank)
     return torch.device("cpu")
-
-
-def option(args, key: str, critic: bool = False):
-    """`critic_<key>` when building the critic and it is set, else the actor's `<key>`."""
-    own = getattr(args, f"critic_{key}", None) if critic else None
-    return getattr(args, key) if own is None else own
 
 
 def zero_options(args) -> dict:

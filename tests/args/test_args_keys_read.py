@@ -50,8 +50,8 @@ def test_every_field_is_read_or_declared_without_effect():
     for name in Arguments.model_fields:
         if name in IGNORED or is_read(name, source):
             continue
-        base = name[len(CRITIC_PREFIX):] if name.startswith(CRITIC_PREFIX) else name  # _own(args, "<key>", critic)
-        if name in READ_BY_ARGS and re.search(rf"args\.{name}\b|[\"']{name}[\"']|_own\(args, [\"']{base}[\"']",
+        base = name[len(CRITIC_PREFIX):] if name.startswith(CRITIC_PREFIX) else name  # option(args, "<key>", critic)
+        if name in READ_BY_ARGS and re.search(rf"args\.{name}\b|[\"']{name}[\"']|option\(args, [\"']{base}[\"']",
                                               (PACKAGE / "args" / READ_BY_ARGS[name]).read_text()):
             continue
         unaccounted.append(name)
