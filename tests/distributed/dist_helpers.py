@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,3 +53,36 @@ def torchrun(script: Path, *args: str, nproc: int = 2, timeout: int = 600) -> su
 
 def tail(done: subprocess.CompletedProcess, n: int = 4000) -> str:
     return f"exit {done.returncode}\n--- stdout\n{done.stdout[-n:]}\n--- stderr\n{done.stderr[-n:]}"
+
+
+class ToolScript:
+    """A RolloutEngine that calls multiply(row + 2, 7) in its first turn and answers from the tool's result after.
+
+    Outputs depend only on the row's place in the call and on its context, so every process that builds the same
+    batch gets the same tokens; answers differ between the rows of a group, so GRPO has advantages to train on.
+    """
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+
+    def generate(self, prompt_token_ids, sampling):
+        from ppokit.rollout.base import RolloutOutput
+
+        rows = []
+        for i, ctx in enumerate(prompt_token_ids):
+            text = self.tok.decode(ctx)
+            if "<tool_response>" in text:
+                result = int(text.rsplit("<tool_response>", 1)[1].split("</tool_response>")[0].strip())
+                answer = f"{result}" + "!?"[: 1 + result % 2] * (1 + result % 3)
+            else:
+                call = {"name": "multiply", "arguments": {"a": i + 2, "b": 7}}
+                answer = f"ok <tool_call>{json.dumps(call)}</tool_call>"
+            rows.append(self.tok.encode(answer, add_special_tokens=False)[: sampling.max_new_tokens]
+                        + [self.tok.eos_token_id])
+        return RolloutOutput(list(range(len(rows))), rows, ["stop"] * len(rows))
+
+    def update_weights(self, model):
+        pass
+
+
+TOOL_OVERRIDES = dict(multi_turn=True, tools="multiply", max_dec_len=160, max_prompt_len=32, max_length=256)

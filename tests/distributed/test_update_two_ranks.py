@@ -8,6 +8,7 @@ the same sequences as the ranks' mini-batches together (rank 0's first group + r
 
 import json
 
+import dist_helpers
 import pytest
 import torch
 from dist_helpers import HERE, distinct_chars, tail, torchrun, update_overrides
@@ -33,13 +34,17 @@ def snapshot(model) -> dict:
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
-def one_process_update(tmp, model_path, **overrides) -> dict:
-    """A 1-process rollout (saved for the ranks) and the update of its interleaved sequences."""
+def one_process_update(tmp, model_path, engine=None, **overrides) -> dict:
+    """A 1-process rollout (saved for the ranks) and the update of its interleaved sequences.
+
+    engine: the name of a scripted RolloutEngine in dist_helpers to roll out with (the ranks use it too)."""
     tmp.mkdir(parents=True, exist_ok=True)
     data = tmp / "train.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"say a {i}:"}) for i in range(16)) + "\n")
     args = load_arguments(None, overrides=update_overrides(model_path, str(data), str(tmp / "out"), **overrides))
     session = Session(args, reward_functions=[distinct_chars])
+    if engine:
+        session.state.rollout_engine = getattr(dist_helpers, engine)(session.state.policy.tokenizer)
     batch = session.rollout()
     session.score(batch)
     session.compute_advantages(batch)
@@ -47,7 +52,7 @@ def one_process_update(tmp, model_path, **overrides) -> dict:
     torch.save(batch, tmp / "batch.pt")
     ordered = interleaved(batch, WORLD, groups_per_mini=session.plan.mini_batch_prompts // WORLD)
     critic = session.state.critic
-    out = dict(batch=str(tmp / "batch.pt"), data=str(data), overrides=overrides, metrics=batch_metrics(batch),
+    out = dict(batch=str(tmp / "batch.pt"), data=str(data), overrides=overrides, engine=engine, metrics=batch_metrics(batch),
                before=snapshot(session.model), critic_before=snapshot(critic.model) if critic else None)
     session.update(ordered)
     out.update(after=snapshot(session.model), critic_after=snapshot(critic.model) if critic else None,
@@ -63,7 +68,7 @@ def reference(tmp_path_factory, tiny_model_dir):
 
 def run_two_ranks(reference, tiny_model_dir, tmp_path, sharding, extra_step=False):
     spec = dict(model=tiny_model_dir, data=reference["data"], batch=reference["batch"], out_dir=str(tmp_path),
-                sharding=sharding, extra_step=extra_step, overrides=reference["overrides"])
+                sharding=sharding, extra_step=extra_step, overrides=reference["overrides"], engine=reference["engine"])
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = torchrun(HERE / "update_halves.py", str(tmp_path / "spec.json"), nproc=WORLD)

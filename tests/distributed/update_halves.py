@@ -4,7 +4,7 @@ weights its rollout engine generates with.
 
     python -m torch.distributed.run --nproc_per_node 2 update_halves.py SPEC.json
 
-SPEC.json: {"model", "data", "batch", "out_dir", "sharding", "extra_step", "overrides"}; writes out_dir/rank<r>.pt.
+SPEC.json: {"model", "data", "batch", "out_dir", "sharding", "extra_step", "overrides", "engine"}; writes out_dir/rank<r>.pt.
 """
 
 import dataclasses
@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+import dist_helpers
 import torch
 from dist_helpers import distinct_chars, update_overrides
 
@@ -71,6 +72,8 @@ def main(spec_path: str) -> None:
     }
     if session.state.critic is not None:
         result["critic_params"] = parameters(session.state.critic.model)
+    if spec.get("engine"):  # the scripted engine of the 1-process rollout, for the extra step's rollout
+        session.state.rollout_engine = getattr(dist_helpers, spec["engine"])(session.state.policy.tokenizer)
     if spec.get("extra_step"):
         result["step_metrics"] = session.step()  # rollout with the updated weights, score, update, log
     session.close()
