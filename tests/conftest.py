@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Torch's thread count follows the machine's load in real runs (ppokit/training/threads.py); the suite's
+# bit-for-bit comparisons (resume = no interruption, 2 ranks = 1 process) need it fixed.
+os.environ.setdefault("PPOKIT_THREADS", "off")
 
 from ppokit.testing import save_tiny_model
 

@@ -30,6 +30,7 @@ from ppokit.training.engine_setup import choose_device, seed_everything, train_e
 from ppokit.training.forward import batched_logprobs
 from ppokit.training.model_setup import add_stop_token, configure_model
 from ppokit.training.normalize import RunningNormalizer
+from ppokit.training.threads import ThreadPolicy
 
 logger = logging.getLogger("ppokit")
 
@@ -72,6 +73,7 @@ class State:
     applied_kl: dict = field(default_factory=dict)  # the KL keys the controller was last set from (training/live.py)
     flat_steps: int = 0  # leading steps where every group's rewards were equal (training/live.py warns once)
     notes: list[str] = field(default_factory=list)
+    threads: ThreadPolicy | None = None  # torch's thread count fitted to the free cores (CPU runs)
 
     def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         """(B, R) reference log-probs: the frozen copy, or the actor with LoRA adapters disabled."""
@@ -243,6 +245,7 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     from ppokit.rewards import build_reward_functions
 
     check_hub_datasets(args)  # before minutes of model loading
+    threads = ThreadPolicy()  # counts other processes' CPU use from here on
     # log_level: debug shows DeepSpeed's config and start-up output; passive (the default) means info
     logger.setLevel("INFO" if args.log_level == "passive" else args.log_level.upper())
     with stage("starting the process group (DeepSpeed)"):
@@ -268,7 +271,8 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
                   reward_fns=fns, loader=loader, train_records=train, eval_records=evals,
                   kl_ctl=make_kl_controller(args.kl_ctrl_type, args.kl_coeff, args.target_kl, args.kl_horizon),
                   logprob_batch_size=logprob_bs,
-                  applied_kl={"kl_coeff": args.kl_coeff, "target_kl": args.target_kl, "kl_horizon": args.kl_horizon})
+                  applied_kl={"kl_coeff": args.kl_coeff, "target_kl": args.target_kl, "kl_horizon": args.kl_horizon},
+                  threads=threads if policy.device.type == "cpu" else None)
     if args.multi_turn:  # tools are loaded (and their files checked) before any model work
         from ppokit.rollout.agent_loop import agent_spec
 

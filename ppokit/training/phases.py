@@ -29,6 +29,7 @@ from ppokit.training.critic import critic_update
 from ppokit.training.forward import batched_logprobs
 from ppokit.training.live import sync_live, warn_flat_groups
 from ppokit.training.metrics import all_ranks_min, over_ranks
+from ppokit.training.threads import fit_threads
 from ppokit.training.update import LossConfig
 
 
@@ -90,12 +91,13 @@ def rollout(state, args) -> RolloutBatch:
     """
     started = time.perf_counter()
     sync_live(state, args)
+    threads = fit_threads(state, "rollout")
     if args.dynamic_sampling:
         batch = dynamic_sampling_rollout(state, args)
     else:
         records, offset = draw_local_prompts(state)
         batch = generate(state, records, sampling_params(args), offset)
-    batch = replace(batch, stats={**batch.stats, "timing/rollout_s": time.perf_counter() - started})
+    batch = replace(batch, stats={**batch.stats, **threads, "timing/rollout_s": time.perf_counter() - started})
     return with_logprobs(state, args, batch)
 
 
@@ -222,8 +224,8 @@ def update(state, args, batch: RolloutBatch) -> dict[str, float]:
         raise ValueError("the update needs advantages: run Session.compute_advantages(batch) first.")
     started = time.perf_counter()
     sync_live(state, args)
+    metrics: dict[str, float] = fit_threads(state, "update")
     cfg = LossConfig.from_args(args)  # once per step: a notebook may have changed args since the last one
-    metrics: dict[str, float] = {}
     if state.critic is not None:
         metrics.update(critic_update(state.critic, batch, cfg, state.plan))
     if state.updates_done >= args.critic_warmup_steps or state.critic is None:

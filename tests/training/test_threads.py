@@ -1,0 +1,104 @@
+"""The thread policy gives torch the cores other processes leave free, and never overrides an explicit choice."""
+
+import json
+
+import pytest
+import torch
+
+from ppokit.training import threads as policy_mod
+from ppokit.training.threads import ThreadPolicy, busy_seconds
+
+
+class Clock:
+    """Scripted /proc readings: wall time, every core's busy seconds, this process's CPU seconds."""
+
+    def __init__(self, monkeypatch):
+        self.wall, self.busy, self.own = 0.0, 0.0, 0.0
+        monkeypatch.setattr(policy_mod.time, "monotonic", lambda: self.wall)
+        monkeypatch.setattr(policy_mod, "busy_seconds", lambda cpus: self.busy)
+        monkeypatch.setattr(policy_mod, "own_seconds", lambda: self.own)
+
+    def advance(self, seconds: float, ours: float, others: float) -> None:
+        """`seconds` of wall time in which we used `ours` cores and other processes `others`."""
+        self.wall += seconds
+        self.own += ours * seconds
+        self.busy += (ours + others) * seconds
+
+
+@pytest.fixture()
+def four_cores(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(policy_mod, "_cpus", lambda: {0, 1, 2, 3})
+    torch.set_num_threads(4)
+    yield Clock(monkeypatch)
+    torch.set_num_threads(before)
+
+
+def test_threads_follow_the_cores_other_processes_leave(four_cores):
+    clock = four_cores
+    policy = ThreadPolicy("auto")
+    clock.advance(10, ours=4, others=0)
+    assert policy.fit() == 4 == torch.get_num_threads()  # alone: every core
+    clock.advance(10, ours=2.5, others=1.5)  # a 2-thread job beside us got 1.5 cores
+    assert policy.fit() == 2 == torch.get_num_threads()
+    clock.advance(10, ours=1, others=3)
+    assert policy.fit() == 1
+    clock.advance(10, ours=1, others=3.9)
+    assert policy.fit() == 1  # never fewer than one
+    clock.advance(10, ours=1, others=0.2)  # the other job ended
+    assert policy.fit() == 4
+
+
+def test_a_short_window_keeps_the_count(four_cores):
+    clock = four_cores
+    policy = ThreadPolicy("auto")
+    clock.advance(0.1, ours=0, others=4)
+    assert policy.fit() == 4  # 0.1 s says nothing; the window keeps growing
+    clock.advance(2, ours=1, others=3)
+    assert policy.fit() == 1
+
+
+def test_explicit_choices_win(four_cores, monkeypatch):
+    clock = four_cores
+    fixed = ThreadPolicy("3")
+    clock.advance(10, ours=1, others=3)
+    assert fixed.fit() == 3 == torch.get_num_threads()
+    torch.set_num_threads(4)
+    assert ThreadPolicy("off").fit() == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert not ThreadPolicy("auto").adaptive  # the launcher's per-rank count
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    policy = ThreadPolicy("auto")
+    clock.advance(10, ours=1, others=3)
+    assert policy.fit() == 1
+    torch.set_num_threads(3)  # the user's own call, e.g. in a notebook
+    clock.advance(10, ours=3, others=0)
+    assert policy.fit() == 3 and not policy.adaptive
+    with pytest.raises(ValueError, match="PPOKIT_THREADS='many'"):
+        ThreadPolicy("many")
+
+
+def test_busy_seconds_reads_this_machine():
+    first = busy_seconds({0})
+    sum(i * i for i in range(200_000))
+    assert first is None or busy_seconds({0}) >= first
+
+
+def test_a_cpu_session_records_its_thread_counts(tiny_model_dir, tmp_path, monkeypatch):
+    from session_helpers import distinct_chars, tiny_overrides
+
+    from ppokit.args import load_arguments
+    from ppokit.session import Session
+
+    monkeypatch.setenv("PPOKIT_THREADS", "1")
+    before = torch.get_num_threads()
+    try:
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text("".join(json.dumps({"prompt": f"say a {i}:"}) + "\n" for i in range(8)))
+        s = Session(load_arguments(None, overrides=tiny_overrides(tiny_model_dir, str(prompts), tmp_path,
+                                                                  max_steps=1)), reward_functions=[distinct_chars])
+        metrics = s.step()
+        assert metrics["cpu/rollout_threads"] == metrics["cpu/update_threads"] == 1.0 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
