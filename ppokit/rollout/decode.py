@@ -172,12 +172,39 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
     TopK/TopP warpers: top-k keeps every token tied with the k-th largest; top-p drops the
     smallest tokens whose cumulative probability is <= 1 - top_p, always keeping the largest.
     """
-    x = logits.float() / temperature
+    x = logits.float()
+    if temperature != 1.0:
+        x = x / temperature
     x = mask_top_k(x, top_k)
     x = mask_top_p(x, top_p)
-    cdf = torch.softmax(x, dim=-1).double().cumsum(-1)  # float64 sum: no drift over a 150k vocabulary
-    u = torch.rand(x.shape[0], 1, dtype=torch.float64, device=x.device) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_max(x.shape[1] - 1)
+    u = torch.rand(x.shape[0], dtype=torch.float64, device=x.device)
+    return inverse_cdf(torch.softmax(x, dim=-1), u)
+
+
+CDF_BLOCK = 256
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The first index whose cumulative probability exceeds u x the row's total, per row.
+
+    probs: (B, V) >= 0, u: (B,) float64 in [0, 1) -> (B,) long, never an index of probability 0.
+    In two levels, so nothing (B, V)-sized is copied or scanned sequentially: the float64 masses of blocks of
+    CDF_BLOCK tokens, their cumulative sum to find the block, then the cumulative sum inside that block only
+    (a float64 cumsum over a whole 49k vocabulary took 10-54 ms per decoding step of 32 rows; docs/performance.md).
+    """
+    rows, vocab = probs.shape
+    pad = (-vocab) % CDF_BLOCK
+    blocks = (F.pad(probs, (0, pad)) if pad else probs).reshape(rows, -1, CDF_BLOCK)
+    mass = blocks.sum(-1, dtype=torch.float64)  # (B, blocks)
+    cdf = mass.cumsum(-1)
+    target = u * cdf[:, -1]
+    block = torch.searchsorted(cdf, target[:, None], right=True).squeeze(1)
+    block = torch.minimum(block, (cdf < cdf[:, -1:]).sum(-1))  # rounding past the end: the last block with mass
+    start = cdf.gather(1, block[:, None]).squeeze(1) - mass.gather(1, block[:, None]).squeeze(1)
+    inner = blocks[torch.arange(rows, device=probs.device), block].double().cumsum(-1)  # (B, CDF_BLOCK)
+    offset = torch.searchsorted(inner, (target - start)[:, None], right=True).squeeze(1)
+    offset = torch.minimum(offset, (inner < inner[:, -1:]).sum(-1))  # likewise inside the block
+    return block * CDF_BLOCK + offset
 
 
 def mask_top_k(x: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -296,14 +323,15 @@ def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, 
     running = torch.ones(batch, dtype=torch.bool, device=device)
     steps = 0
     for t in range(max_new_tokens):
-        # log-softmax of the unmasked logits, taken before min_new_tokens masks EOS in place
-        full = torch.log_softmax(logits.float() / scale, dim=-1) if return_logprobs else None
+        x = logits.float() if scale == 1.0 else logits.float() / scale  # (B, V), one float32 copy at most
+        # the log-softmax's normaliser over the unmasked logits, taken before min_new_tokens masks EOS
+        lse = torch.logsumexp(x, dim=-1) if return_logprobs else None
         if t < min_new_tokens:
-            logits[:, eos] = float("-inf")
-        token = sample_tokens(logits, temperature, top_k, top_p) if do_sample else logits.argmax(-1)
+            x[:, eos] = float("-inf")
+        token = sample_tokens(x, 1.0, top_k, top_p) if do_sample else x.argmax(-1)
         out[alive[running], t] = token[running]
-        if full is not None:
-            out_logprobs[alive[running], t] = full.gather(1, token[:, None]).squeeze(1)[running]
+        if lse is not None:  # the sampled token is never a masked EOS: x holds its unmasked logit
+            out_logprobs[alive[running], t] = (x.gather(1, token[:, None]).squeeze(1) - lse)[running]
         steps = t + 1
         running &= ~torch.isin(token, eos)
         left = int(running.sum())

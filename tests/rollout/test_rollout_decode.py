@@ -61,6 +61,27 @@ def test_sample_tokens_is_exact_on_a_small_distribution():
     assert (freq - kept.double()).abs().max() < 0.015
 
 
+def test_inverse_cdf_equals_the_full_cumulative_sum_and_never_picks_a_zero():
+    from ppokit.rollout.decode import CDF_BLOCK, inverse_cdf
+
+    torch.manual_seed(0)
+    vocab = 3 * CDF_BLOCK + 17  # padded to whole blocks
+    probs = torch.softmax(torch.randn(64, vocab) * 3, -1)
+    probs[:, 5 * 17 : 2 * CDF_BLOCK] = 0  # zero tokens, inside and across blocks
+    probs[:, -40:] = 0  # and at the end, where rounding past the total would land
+    u = torch.rand(64, dtype=torch.float64)
+    u[:4] = torch.tensor([0.0, 1 - 1e-16, 0.5, 1e-300], dtype=torch.float64)
+    full = probs.double().cumsum(-1)
+    expected = torch.searchsorted(full, (u * full[:, -1])[:, None], right=True).squeeze(1)
+    got = inverse_cdf(probs, u)
+    last = vocab - 41  # the last token with probability
+    assert torch.equal(got, expected.clamp_max(last))
+    assert (probs.gather(1, got[:, None]) > 0).all()
+    hand = torch.tensor([[0.0, 0.25, 0.0, 0.75]])
+    picks = [int(inverse_cdf(hand, torch.tensor([v], dtype=torch.float64))) for v in (0.0, 0.2499, 0.25, 0.9999)]
+    assert picks == [1, 1, 3, 3]
+
+
 @pytest.mark.parametrize("top_k,top_p", [(0, 0.9), (5, 1.0), (1, 1.0), (7, 0.5), (0, 0.01)])
 def test_top_k_top_p_masks_equal_transformers_warpers(top_k, top_p):
     torch.manual_seed(top_k)
