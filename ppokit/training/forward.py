@@ -13,7 +13,7 @@ from ppokit.algos.logprobs import entropy_from_logits, token_logprobs, token_log
 from ppokit.models.loading import autocast_context
 from ppokit.training.batch import RolloutBatch
 from ppokit.training.device import to_model_device
-from ppokit.training.packing import can_pack, pack_by_prompt
+from ppokit.training.packing import can_pack, pack_by_prompt, packed_attention_on
 
 
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -52,13 +52,14 @@ def packed_response_logits(model, batch: RolloutBatch) -> torch.Tensor:
     """`response_logits` by one forward over the rows packed by prompt; only the kept columns (the last
     prompt position onward) go through the LM head, then each response token's row is gathered."""
     packed = pack_by_prompt(batch.input_ids, batch.attention_mask, batch.response_mask, batch.prompt_len)
-    out = model(
-        input_ids=packed.input_ids,
-        attention_mask=packed.attention_mask,
-        position_ids=packed.position_ids,
-        logits_to_keep=packed.keep,
-        use_cache=False,
-    )
+    with packed_attention_on(model):
+        out = model(
+            input_ids=packed.input_ids,
+            attention_mask=packed.attention_mask,
+            position_ids=packed.position_ids,
+            logits_to_keep=packed.keep,
+            use_cache=False,
+        )
     logits = out.logits
     index = packed.logit_index[batch.response_mask.bool().to(packed.logit_index.device)]
     return logits.reshape(-1, logits.shape[-1])[index.to(logits.device)]

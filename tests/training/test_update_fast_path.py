@@ -193,3 +193,35 @@ def test_rows_are_not_packed_when_it_saves_nothing_or_the_attention_would_ignore
     with pytest.MonkeyPatch.context() as patch:  # a packed row would be longer than a dense mask is worth
         patch.setattr(packing, "MAX_PACKED_LEN", batch.prompt_len + 20)
         assert not can_pack(model, batch)  # the longest prompt's responses: 9 + 4 + 12 = 25 tokens
+
+
+def test_packed_attention_equals_sdpa_with_repeated_heads_and_its_gradients():
+    from ppokit.training.packing import packed_attention
+
+    torch.manual_seed(0)
+    g, h, h_kv, length, d = 2, 6, 2, 7, 8
+    q = torch.randn(g, h, length, d, requires_grad=True)
+    k = torch.randn(g, h_kv, length, d, requires_grad=True)
+    v = torch.randn(g, h_kv, length, d, requires_grad=True)
+    mask = torch.ones(length, length, dtype=torch.bool).tril().repeat(g, 1, 1, 1)
+    mask[1, :, 4:, 1:3] = False  # a block the later tokens do not see, as packed rows have
+    ours, _ = packed_attention(None, q, k, v, mask, scaling=d ** -0.5)
+    expanded = [t.repeat_interleave(h // h_kv, dim=1) for t in (k, v)]
+    theirs = torch.nn.functional.scaled_dot_product_attention(q, *expanded, attn_mask=mask).transpose(1, 2)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    upstream = torch.randn_like(ours)
+    for a, b in zip(torch.autograd.grad(ours, (q, k, v), upstream), torch.autograd.grad(theirs, (q, k, v), upstream)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_packed_cpu_forward_runs_packed_attention_and_restores_sdpa(monkeypatch):
+    model = tiny_causal_lm(tiny_tokenizer(), seed=1)
+    calls = []
+    real = packing.packed_attention
+    monkeypatch.setattr(packing, "packed_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with packing.packed_attention_on(model):
+        model(input_ids=torch.tensor([[1, 2, 3]]), attention_mask=torch.ones(1, 1, 3, 3, dtype=torch.bool).tril())
+    assert calls and model.config._attn_implementation == "sdpa"
+    model.gradient_checkpointing_enable()
+    with packing.packed_attention_on(model):  # recomputation in backward would run SDPA: left alone
+        assert model.config._attn_implementation == "sdpa"
