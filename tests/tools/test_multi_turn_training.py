@@ -142,27 +142,38 @@ def test_a_session_with_tools_trains_and_logs_tool_metrics(tiny_model_dir, tmp_p
 def test_a_session_with_a_verl_tool_config_trains_a_step(tiny_model_dir, tmp_path):
     from test_declare import write_yaml
 
-    data = tmp_path / "train.jsonl"
-    rows = [{"prompt": f"q{i}:", "agent_name": "tool_agent", "data_source": "mine",
-             "extra_info": {"tools_kwargs": {"counter": {"create_kwargs": {"start": i}}}}} for i in range(4)]
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = counter_rows(tmp_path / "train.jsonl")
     args = load_arguments(None, overrides=dict(
-        actor_model_name_or_path=tiny_model_dir, train_datasets=str(data), rl_algorithm="grpo", global_batch_size=2,
+        actor_model_name_or_path=tiny_model_dir, train_datasets=data, rl_algorithm="grpo", global_batch_size=2,
         rollout_n=2, global_mini_batch_size=2, per_device_train_batch_size=4, max_dec_len=160, max_prompt_len=32,
         max_length=256, max_steps=1, output_dir=str(tmp_path / "out"), logging_dir=str(tmp_path / "vdl"),
         report_to=["none"], seed=1, disable_tqdm=True, save_strategy="no", multi_turn=True,
         tool_config_path=write_yaml(tmp_path)))
     s = Session(args, reward_functions=[lambda prompts, responses, **kw: [float(len(r) % 3) for r in responses]])
-
-    class CallCounter(CallThenAnswer):
-        def generate(self, prompt_token_ids, sampling):
-            call = '<tool_call>{"name": "counter", "arguments": {"x": 1}}</tool_call>'
-            rows = [self.tok.encode("done" if "<tool_response>" in self.tok.decode(c) else call,
-                                    add_special_tokens=False) + [self.tok.eos_token_id] for c in prompt_token_ids]
-            return RolloutOutput(list(range(len(rows))), rows, ["stop"] * len(rows))
-
     s.state.rollout_engine = CallCounter(s.state.policy.tokenizer)
     metrics = s.step()
+    check_counter_step(s, metrics)
+
+
+class CallCounter(CallThenAnswer):
+    """Calls counter(x=1) in the first turn, answers "done" after the tool's result."""
+
+    def generate(self, prompt_token_ids, sampling):
+        call = '<tool_call>{"name": "counter", "arguments": {"x": 1}}</tool_call>'
+        rows = [self.tok.encode("done" if "<tool_response>" in self.tok.decode(c) else call,
+                                add_special_tokens=False) + [self.tok.eos_token_id] for c in prompt_token_ids]
+        return RolloutOutput(list(range(len(rows))), rows, ["stop"] * len(rows))
+
+
+def counter_rows(path):
+    """verl rows of the tool agent, each creating its counter at its own start."""
+    rows = [{"prompt": f"q{i}:", "agent_name": "tool_agent", "data_source": "mine",
+             "extra_info": {"tools_kwargs": {"counter": {"create_kwargs": {"start": i}}}}} for i in range(4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def check_counter_step(s, metrics):
     batch = s.last_batch
     texts = [t["calls"][0]["text"] for row in batch.turns for t in row if t.get("calls")]
     # each row's own instance, created with its row's start (create_kwargs): start + 2 * x
@@ -170,3 +181,26 @@ def test_a_session_with_a_verl_tool_config_trains_a_step(tiny_model_dir, tmp_pat
     assert texts == [f"counter={start + 2}" for start in starts]
     assert metrics["tools/calls_per_sample"] == 1.0 and metrics["reward/tool_step"] == 0.5  # execute's step reward
     assert torch.isfinite(torch.tensor(metrics["actor/pg_loss"]))
+
+
+def test_a_verl_multi_turn_line_with_a_tool_config_yaml_trains_a_step(tiny_model_dir, tmp_path):
+    from test_declare import write_yaml
+
+    from ppokit.main_ppo import parse_main_ppo
+
+    A = "actor_rollout_ref."
+    data = counter_rows(tmp_path / "train.jsonl")
+    args, _, _ = parse_main_ppo([
+        f"{A}model.path={tiny_model_dir}", f"data.train_files={data}", f"data.val_files={data}",
+        "algorithm.adv_estimator=grpo", "data.train_batch_size=2", f"{A}rollout.n=2",
+        f"{A}actor.ppo_mini_batch_size=2", f"{A}actor.ppo_micro_batch_size_per_gpu=4",
+        "data.max_prompt_length=32", "data.max_response_length=160", "trainer.total_training_steps=1",
+        f"trainer.default_local_dir={tmp_path / 'out'}", "trainer.save_freq=-1", "trainer.logger=[console]",
+        f"{A}rollout.multi_turn.enable=True", f"{A}rollout.multi_turn.tool_config_path={write_yaml(tmp_path)}",
+        f"{A}rollout.multi_turn.max_assistant_turns=2", f"{A}rollout.multi_turn.format=hermes"])
+    assert (args.multi_turn, args.max_assistant_turns, args.rollout_n, args.max_steps) == (True, 2, 2, 1)
+    args.logging_dir, args.disable_tqdm = str(tmp_path / "vdl"), True
+    s = Session(args, reward_functions=[lambda prompts, responses, **kw: [float(len(r) % 3) for r in responses]])
+    assert sorted(s.state.agent.tools) == ["counter"]
+    s.state.rollout_engine = CallCounter(s.state.policy.tokenizer)
+    check_counter_step(s, s.step())
