@@ -42,7 +42,14 @@ def run_metrics(name: str, root: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_single_turn_metrics_are_bit_identical_to_before_the_loss_mask(name, tmp_path):
+def test_single_turn_metrics_are_bit_identical_to_before_the_loss_mask(name, tmp_path, monkeypatch):
+    import contextlib
+
+    import ppokit.training.forward as forward
+
+    # The packed rows' CPU attention (training/packing.packed_attention, after the recording) rounds differently
+    # from SDPA by ~1e-8; it has its own equality tests. SDPA here keeps this comparison to the last bit.
+    monkeypatch.setattr(forward, "packed_attention_on", lambda model: contextlib.nullcontext())
     got = run_metrics(name, tmp_path)
     if os.environ.get("PPOKIT_RECORD_SINGLE_TURN"):
         recorded = json.loads(FIXTURE.read_text()) if FIXTURE.exists() else {}
