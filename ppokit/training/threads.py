@@ -25,6 +25,8 @@ import time
 
 import torch
 
+from ppokit.args import ConfigError
+
 ENV = "PPOKIT_THREADS"
 logger = logging.getLogger("ppokit")
 
@@ -72,7 +74,8 @@ class ThreadPolicy:
             self.fixed = int(mode)
             torch.set_num_threads(self.fixed)
         elif mode not in ("auto", "off"):
-            raise ValueError(f"{ENV}={mode!r}: expected auto, off or a positive number of threads")
+            raise ConfigError(f"the environment variable {ENV}={mode!r}: expected auto (the default: fit the free "
+                              "cores), off (leave torch's count alone) or a positive number of threads")
         self._chosen: int | None = None
         self._mark = self._sample()
 

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from ppokit.args import ConfigError
 from ppokit.training import threads as policy_mod
 from ppokit.training.threads import ThreadPolicy, busy_seconds
 
@@ -75,7 +76,7 @@ def test_explicit_choices_win(four_cores, monkeypatch):
     torch.set_num_threads(3)  # the user's own call, e.g. in a notebook
     clock.advance(10, ours=3, others=0)
     assert policy.fit() == 3 and not policy.adaptive
-    with pytest.raises(ValueError, match="PPOKIT_THREADS='many'"):
+    with pytest.raises(ConfigError, match="PPOKIT_THREADS='many'"):
         ThreadPolicy("many")
 
 
