@@ -76,14 +76,21 @@ def float32_attention(module, query, key, value, attention_mask, scaling, dropou
     rather than passed with `enable_gqa`: SDPA sends a mask together with `enable_gqa` to its math
     kernel (a full float32 B x H x q x kv matrix), and expanding the cache's heads would copy it.
     """
-    b, h, q_len, d = query.shape
-    h_kv = key.shape[1]
-    group = h // h_kv
+    b, h, q_len, _ = query.shape
     with torch.autocast(device_type=query.device.type, enabled=False):
-        q = query.to(key.dtype).reshape(b, h_kv, group * q_len, d)
-        mask = attention_mask.repeat(1, 1, group, 1) if group > 1 else attention_mask
+        q, mask = fold_grouped_heads(query.to(key.dtype), key.shape[1], attention_mask)
         out = F.scaled_dot_product_attention(q, key, value.to(key.dtype), attn_mask=mask, scale=scaling)
     return out.reshape(b, h, q_len, -1).transpose(1, 2).to(query.dtype).contiguous(), None
+
+
+def fold_grouped_heads(query: torch.Tensor, kv_heads: int, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grouped-query heads folded into the query length, so attention runs on the keys' own heads.
+
+    query (B, H, q, D), mask (B, 1, q, kv) bool -> query (B, H_kv, H/H_kv * q, D) and the mask tiled to match
+    (B, 1, H/H_kv * q, kv): head h = kv_head * group + g reads rows [g * q, (g + 1) * q) of its key head."""
+    b, h, q_len, d = query.shape
+    group = h // kv_heads
+    return query.reshape(b, kv_heads, group * q_len, d), (mask.repeat(1, 1, group, 1) if group > 1 else mask)
 
 
 def cache_dtype(model, device: torch.device) -> torch.dtype:
@@ -323,7 +330,9 @@ def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, 
     running = torch.ones(batch, dtype=torch.bool, device=device)
     steps = 0
     for t in range(max_new_tokens):
-        x = logits.float() if scale == 1.0 else logits.float() / scale  # (B, V), one float32 copy at most
+        x = logits.to(torch.float32, copy=True)  # (B, V): one copy, masked and scaled in place
+        if scale != 1.0:
+            x /= scale
         # the log-softmax's normaliser over the unmasked logits, taken before min_new_tokens masks EOS
         lse = torch.logsumexp(x, dim=-1) if return_logprobs else None
         if t < min_new_tokens:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ppokit.models.loading import KNOWN_DECODER_TYPES
+from ppokit.rollout.decode import fold_grouped_heads
 
 MAX_PACKED_LEN = 2048  # longest group (prompt + its responses) worth a dense L x L mask
 PACKED_ATTENTION = "ppokit_packed"
@@ -38,14 +39,11 @@ def packed_attention(module, query, key, value, attention_mask, scaling, dropout
     tiled), so keys and values are never repeated per head. SDPA's CPU kernels took twice as long on these rows
     (forward + backward, 4 x 9 heads x 152 tokens, bf16: 16-18 ms vs 7.5-9 ms; docs/performance.md).
     """
-    g, h, length, d = query.shape
-    h_kv = key.shape[1]
-    group = h // h_kv
-    q = query.reshape(g, h_kv, group * length, d)
-    mask = attention_mask.repeat(1, 1, group, 1) if group > 1 else attention_mask
+    g, h, length, _ = query.shape
+    q, mask = fold_grouped_heads(query, key.shape[1], attention_mask)
     scores = torch.matmul(q, key.transpose(-1, -2)).float() * scaling
     probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).to(value.dtype)
-    out = torch.matmul(probs, value)  # (G, H_kv, group * L, D)
+    out = torch.matmul(probs, value)  # (G, H_kv, H/H_kv * L, D)
     return out.reshape(g, h, length, -1).transpose(1, 2).contiguous(), None
 
 
