@@ -426,6 +426,9 @@ def resume_into(session, spec) -> Path:
     All ranks call it. Rows after the checkpoint's step are dropped from metrics.jsonl and samples.jsonl.
     With `auto`, a damaged checkpoint is skipped (with a warning) for the next older one.
     """
+    from ppokit.checkpoint_claim import check_no_live_run
+
+    check_no_live_run(session.args.output_dir, "resuming")  # a live run's checkpoints and rows are its own
     path = find_checkpoint(spec, session.args.output_dir)
     if not is_auto(spec):
         return resume_from(session, path)

@@ -32,6 +32,7 @@ from ppokit.checkpoint import (
     resume_into,
     save_checkpoint,
 )
+from ppokit.checkpoint_claim import claim_output_dir
 from ppokit.checkpoint_lock import OutputDirError, RunLock, check_not_model_folder
 from ppokit.checkpoint_safety import (
     NonFiniteWeightsError,
@@ -184,25 +185,10 @@ def check_output_dir(output_dir: str | Path, need_bytes: int) -> None:
 
 
 def start_fresh(session) -> None:
-    """Step 0 in an output_dir holding an earlier run's checkpoints: stop (a later `auto` would resume the wrong
-    run), unless overwrite_output_dir, which deletes them."""
-    root = Path(session.args.output_dir)
-    old = complete_checkpoints(root)
-    if not old:
-        return
-    names = ", ".join(p.name for p in old)
-    if not session.args.overwrite_output_dir:
-        raise CheckpointError(
-            f"output_dir {root} already holds checkpoints of an earlier run ({names}); resume it with "
-            "--resume_from_checkpoint auto, start over with --overwrite_output_dir true (which deletes them), "
-            "or choose another output_dir"
-        )
-    barrier()  # every rank has looked before rank 0 deletes
-    if is_rank0():
-        for path in old:
-            shutil.rmtree(path, ignore_errors=True)
-        logger.warning("overwrite_output_dir: deleted %s of an earlier run in %s", names, root)
-    barrier()
+    """Step 0 of `train()`: an output_dir holding an earlier run's records or checkpoints stops the run (a later
+    `auto` would resume the wrong run, and its metrics would be replaced), unless overwrite_output_dir, which
+    deletes them (see `checkpoint_claim`)."""
+    claim_output_dir(session.args, resuming=False, doing="train()")
 
 
 def prepare_run(session) -> Path | None:

@@ -163,6 +163,7 @@ class Session:
         from ppokit.tracking.console import quiet_hf_progress
 
         path = None
+        self.tracker  # noqa: B018 - claims output_dir (refusing an earlier or live run's) before anything is written
         with quiet_hf_progress():
             if not final or self.args.save_strategy != "no":
                 path = save_checkpoint(self)
@@ -196,9 +197,13 @@ class Session:
     @property
     def tracker(self):
         if self._tracker is None:
+            from ppokit.checkpoint_claim import claim_output_dir
             from ppokit.tracking import Tracker
 
+            # the first write: a live run's folder, or an earlier run's records, are refused (not erased)
+            claim_output_dir(self.args, resuming=self.resume_step is not None, doing="this Session's first write")
             self._tracker = Tracker(
+                replace=True,  # claim_output_dir decided: nothing of an earlier run is left unasked
                 output_dir=self.args.output_dir,
                 logging_dir=self.args.logging_dir,
                 report_to=self.args.report_to,

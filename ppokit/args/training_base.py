@@ -81,7 +81,10 @@ class BaseTrainingArguments(BaseModel):
     save_total_limit: int | None = Field(None, ge=1, description="Keep at most N checkpoints; None = all.")
     ignore_save_lr_and_optim: bool | None = Field(
         False, description="Leave optimizer and scheduler state out of checkpoints (resume then restarts them).")
-    overwrite_output_dir: bool = Field(False, description="Allow writing into a non-empty output_dir without resuming.")
+    overwrite_output_dir: bool = Field(
+        False, description="Start over in an output_dir that holds an earlier run: its metrics.jsonl, samples.jsonl "
+        "and checkpoints are deleted first (without it such a folder is refused; a run still training is never "
+        "overwritten).")
     unified_checkpoint: bool | None = Field(
         False, description="PaddleNLP unified checkpoint format; ppokit always saves HF-format folders.")
     unified_checkpoint_config: str | None = Field(

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ppokit.errors import PpokitError
 from ppokit.tracking.backends import (
     ARGS_INFO,
     Backend,
@@ -33,6 +34,11 @@ from ppokit.tracking.backends import (
 )
 from ppokit.tracking.jsonl import JsonlWriter, to_jsonable, to_number, truncate_jsonl
 from ppokit.tracking.vdl import VisualDLBackend, run_folder
+
+
+class EarlierRecordsError(PpokitError):
+    """A new Tracker would replace an earlier run's metrics.jsonl/samples.jsonl without being asked."""
+
 
 DEFAULT_HPARAM_METRICS = ("reward/mean", "actor/kl", "response_length/mean")
 STATE_FILE = "tracking_state.json"
@@ -51,8 +57,9 @@ class Tracker:
     ``enabled=False`` (non-zero ranks) turns every call into a no-op that creates no files.
     ``resume_step=N`` continues an earlier run in the same ``output_dir``: rows after step N are
     dropped from the JSONL files, wall time continues from the last kept row, and the VisualDL
-    curves up to step N are carried into this run's record file. Without it, the JSONL files of an
-    earlier run in ``output_dir`` are replaced (with a note).
+    curves up to step N are carried into this run's record file. Without it, an earlier run's non-empty
+    JSONL files in ``output_dir`` stop the Tracker (``EarlierRecordsError``) unless ``replace=True``, which
+    replaces them with a note: a run's records are never erased unasked.
 
     VisualDL records go to ``logging_dir/<run_name or the output folder's name>`` (``-2``, ``-3`` ... when
     another run already wrote there); a resume continues its own folder. ``logging_dir=None`` is PaddleNLP's
@@ -67,6 +74,7 @@ class Tracker:
         enabled: bool = True,
         run_name: str | None = None,
         resume_step: int | None = None,
+        replace: bool = False,
     ):
         self.enabled = bool(enabled)
         self.output_dir = Path(output_dir)
@@ -90,7 +98,7 @@ class Tracker:
         state = self._previous_state()
         previous_vdl = self._previous_visualdl_file(state)
         if resume_step is None:
-            self._start_fresh()
+            self._start_fresh(replace)
             state = {}
         else:
             self.truncate_after(resume_step)
@@ -256,13 +264,18 @@ class Tracker:
                 "This Tracker is closed; create a new Tracker (with resume_step=N to continue)."
             )
 
-    def _start_fresh(self) -> None:
+    def _start_fresh(self, replace: bool) -> None:
+        """A new run's files: an earlier run's non-empty metrics/samples files are its results, so they are
+        refused unless ``replace`` (the caller was asked to replace them; a note says so)."""
         existing = [p for p in (self.metrics_path, self.samples_path) if p.exists()]
-        if existing:
-            note(
-                f"replacing {' and '.join(p.name for p in existing)} of an earlier run in {self.output_dir} "
-                "(pass resume_step=N to continue that run instead)."
+        if any(p.stat().st_size for p in existing) and not replace:
+            raise EarlierRecordsError(
+                f"{self.output_dir} holds {' and '.join(p.name for p in existing)} of an earlier run; pass "
+                "resume_step=N to continue that run, replace=True to replace its files, or use another folder."
             )
+        if existing:
+            if any(p.stat().st_size for p in existing):
+                note(f"replacing {' and '.join(p.name for p in existing)} of an earlier run in {self.output_dir}.")
             for path in existing:
                 path.unlink()
 

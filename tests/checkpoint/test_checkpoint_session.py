@@ -16,6 +16,7 @@ from ppokit.checkpoint import (
     checkpoint_bytes,
     complete_checkpoints,
 )
+from ppokit.checkpoint_claim import EarlierRunError
 from ppokit.checkpoint_run import check_output_dir
 from ppokit.models.folders import hf_state_dict
 from ppokit.session import Session
@@ -172,7 +173,7 @@ def test_save_strategy_epoch_saves_when_the_prompts_start_a_new_epoch(tiny_model
 def test_a_fresh_start_over_an_earlier_runs_checkpoints_needs_overwrite_output_dir(tiny_model_dir, tmp_path):
     session(tiny_model_dir, tmp_path, max_steps=2).train()
     again = session(tiny_model_dir, tmp_path, max_steps=1)
-    with pytest.raises(CheckpointError, match=r"checkpoint-2\).*--resume_from_checkpoint auto.*--overwrite_output_dir"):
+    with pytest.raises(EarlierRunError, match=r"checkpoint-2.*--resume_from_checkpoint auto.*--overwrite_output_dir"):
         again.train()
     assert again.global_step == 0
     over = session(tiny_model_dir, tmp_path, max_steps=1, overwrite_output_dir=True)

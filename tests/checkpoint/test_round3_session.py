@@ -94,7 +94,7 @@ def test_the_lock_is_exclusive_and_a_dead_runs_lock_is_taken_over(tmp_path, capl
 def test_the_lock_is_released_when_the_run_ends(tiny_model_dir, tmp_path):
     session(tiny_model_dir, tmp_path, max_steps=1, save_strategy="no").train()
     assert not (tmp_path / "out" / LOCK_FILE).exists()
-    session(tiny_model_dir, tmp_path, max_steps=1, save_strategy="no").train()  # a later run may use it
+    session(tiny_model_dir, tmp_path, max_steps=1, save_strategy="no", overwrite_output_dir=True).train()  # may use it
 
 
 # ------------------------------------------------------------------ case 3: non-finite weights

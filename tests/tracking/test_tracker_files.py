@@ -142,14 +142,19 @@ def test_truncate_after_reports_rows_dropped(dirs):
     assert [(r["step"], r["x"]) for r in jsonl_rows(out / "metrics.jsonl")] == [(1, 1), (2, 2), (3, 30)]
 
 
-def test_fresh_run_replaces_earlier_files_with_a_note(dirs, capsys):
+def test_fresh_run_refuses_earlier_files_and_replaces_them_when_asked(dirs, capsys):
+    from ppokit.tracking.tracker import EarlierRecordsError
+
     out, vdl = dirs
     with Tracker(out, logging_dir=vdl) as t:
         t.log(1, {"x": 1.0})
         t.log_samples(1, [{"prompt": "p", "response": "r", "reward": 0.0}])
-    with Tracker(out, logging_dir=vdl) as t:
+    with pytest.raises(EarlierRecordsError, match="metrics.jsonl and samples.jsonl of an earlier run.*resume_step"):
+        Tracker(out, logging_dir=vdl)
+    assert [r["x"] for r in jsonl_rows(out / "metrics.jsonl")] == [1.0]  # refused: nothing replaced
+    with Tracker(out, logging_dir=vdl, replace=True) as t:
         t.log(1, {"x": 2.0})
-    assert "resume_step" in capsys.readouterr().err
+    assert "replacing" in capsys.readouterr().err
     assert [r["x"] for r in jsonl_rows(out / "metrics.jsonl")] == [2.0]
     assert not (out / "samples.jsonl").exists()
 
