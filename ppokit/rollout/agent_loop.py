@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from ppokit.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, check_prompts
 from ppokit.tools.execute import ToolRuntime, run_calls
 from ppokit.tools.parse import call_end, parse_calls
+from ppokit.tools.render import tool_turn_ids
 
 _MARK = "\x00PPOKIT-MODEL-TURN\x00"
 
@@ -110,7 +111,7 @@ def agent_generate(engine: RolloutEngine, tokenizer, prompt_token_ids: list[list
     rows = [_Row(i, list(p), flags[i]) for i, p in enumerate(prompt_token_ids) for _ in range(sampling.n)]
     budget = sampling.max_new_tokens
     runtime = ToolRuntime(spec.tools, spec.tool_timeout, spec.max_parallel_calls)
-    any_logprobs = False
+    any_logprobs, interrupted = False, True
     try:
         for turn in range(spec.max_assistant_turns):
             active = [k for k, r in enumerate(rows) if r.reason is None]
@@ -126,8 +127,9 @@ def agent_generate(engine: RolloutEngine, tokenizer, prompt_token_ids: list[list
             if calls:
                 kwargs = {k: (tools_kwargs[rows[k].prompt_index] if tools_kwargs else {}) for k in calls}
                 _tool_turns(rows, run_calls(runtime, calls, kwargs), tokenizer, spec, budget)
+        interrupted = False
     finally:
-        final = runtime.close()
+        final = runtime.close(interrupted)
     for k, r in enumerate(rows):
         r.reason = r.reason or "turns"
         if k in final and r.turns:
@@ -171,8 +173,8 @@ def _tool_turns(rows, results: dict, tokenizer, spec: AgentSpec, budget: int) ->
     for k, res in results.items():
         r = rows[k]
         r.turns[-1]["calls"] = [asdict(c) for c in res]
-        text = tool_turn_text(tokenizer, [truncate_result(c.text, spec.max_tool_response_length) for c in res], spec)
-        ids = tokenizer.encode(text, add_special_tokens=False)
+        results = [truncate_result(c.text, spec.max_tool_response_length) for c in res]
+        ids = tool_turn_ids(tokenizer, results, lambda texts: tool_turn_text(tokenizer, texts, spec))  # results as text
         room = budget - len(r.ids)
         if len(ids) >= room:  # no room left for another model turn
             ids, r.reason = ids[:room], "length"

@@ -2,8 +2,12 @@
 
 A `Tool` has verl's life cycle, all async: ``create(instance_id, **create_kwargs)`` once per trajectory,
 ``execute(instance_id, arguments)`` per call -> (text, step reward, metrics), ``calc_reward(instance_id)``
-and ``release(instance_id)`` at the end. A plain function tool is stateless: execute calls it with the
+and ``release(instance_id)`` at the end. A plain function tool: execute calls it with the
 arguments and returns ``str(result)``; its step reward is 0.
+
+State: one verl tool object serves every row, and its ``create`` gives each row (trajectory) its own instance id,
+so per-row state lives under that id and ends at ``release``. A plain function is one object shared by every row,
+turn and run of the process: whatever it keeps at module level (a counter, a cache) is seen by all of them (docs/tool_use.md).
 """
 
 from __future__ import annotations
@@ -99,7 +103,12 @@ def function_tool(fn: Callable) -> Tool:
     doc = inspect.getdoc(fn) or ""
     if not doc:
         raise ToolError(f"tool function {name!r} has no docstring; its first line tells the model what it does")
-    hints = typing.get_type_hints(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:  # e.g. a hint naming a class the tool's module does not import
+        raise ToolError(f"tool function {name!r}: a parameter's type hint cannot be resolved ({type(exc).__name__}: "
+                        f"{exc}); use int, float, str, bool, list or dict, or import the named type in the tool's "
+                        "file") from exc
     described = _doc_args(doc)
     props, required = {}, []
     for p in inspect.signature(fn).parameters.values():
@@ -169,6 +178,25 @@ def _resolve_class(class_name: str, where: str):
     return cls
 
 
+def _construct(cls, class_name: str, config: dict, schema: dict, where: str):
+    """`cls(config=..., tool_schema=...)` as verl builds a tool, with a sentence when the constructor differs."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        params = None
+    if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        missing = [k for k in ("config", "tool_schema") if k not in params]
+        if missing:
+            raise ToolError(f"{where}: {class_name}'s constructor takes ({', '.join(params)}) but verl builds a tool "
+                            f"as {class_name}(config=..., tool_schema=...); give __init__ the parameters "
+                            f"{' and '.join(missing)} (as verl's BaseTool.__init__(self, config, tool_schema))")
+    try:
+        return cls(config=config, tool_schema=schema)
+    except Exception as exc:
+        raise ToolError(f"{where}: building {class_name}(config=..., tool_schema=...) failed: "
+                        f"{type(exc).__name__}: {exc}") from exc
+
+
 def load_tool_config(path: str) -> dict[str, Tool]:
     """Tools from verl's tool config YAML: ``tools: [{class_name, config, tool_schema}]``. Each class is built as
     verl builds it, ``cls(config=config, tool_schema=schema)`` (schema as a plain dict), and must have async
@@ -194,7 +222,7 @@ def load_tool_config(path: str) -> dict[str, Tool]:
         if not name:
             raise ToolError(f"{where}: tool_schema needs function.name (OpenAI function schema)")
         cls = _resolve_class(str(entry["class_name"]), where)
-        impl = cls(config=entry.get("config") or {}, tool_schema=schema)
+        impl = _construct(cls, str(entry["class_name"]), entry.get("config") or {}, schema, where)
         missing = [m for m in ("create", "execute", "calc_reward", "release") if not callable(getattr(impl, m, None))]
         if missing:
             raise ToolError(f"{where}: {entry['class_name']} lacks {', '.join(missing)} (verl's BaseTool methods)")

@@ -1,20 +1,22 @@
-"""Torch's CPU thread count on a machine shared with other processes.
+"""Torch's CPU thread count: fixed by default, so that a run repeats to the bit whatever else the machine runs.
 
-Every parallel region of a t-thread team waits for its slowest thread; when another process keeps some of the
-cores busy, the scheduler deschedules one of ours for a time slice and the whole team waits. On the 2-core AMD EPYC
-(Zen 4) these notes were measured on, with a 2-thread GRPO run beside it, the default-work rollout (32 rows x 32
-tokens, bf16) took 7.7-8.4 s on 1 thread and 18.8-30.1 s on 2; a 16 x 100-token forward and backward 16-21 s on 1
-and 24-29 s on 2. Alone on the machine, 2 threads are the faster (docs/performance.md).
+Thread counts change how float reductions are split, so a run whose count moves is not bit-for-bit the run whose
+count did not, and a resume made under other load would not equal the uninterrupted run. So the default
+(`PPOKIT_THREADS` unset, or `fixed`) keeps the count torch has when the Session is built — torch's default, the
+physical cores, or the launcher's `OMP_NUM_THREADS` per rank — for the whole run, idle or beside a busy neighbour.
+`PPOKIT_THREADS=N` fixes N threads; `off` leaves torch's count alone and records nothing.
 
-So, on a CPU device, before each rollout and update `ThreadPolicy.fit` counts the cores other processes used since
-it last looked (all cores' busy time in /proc/stat, steal included, minus this process's own CPU time, over the
-wall time between) and gives torch the rest, at least 1 and at most torch's default (the physical cores). The cost is a /proc read per phase.
+`PPOKIT_THREADS=auto` is the adaptive policy, an explicit choice with a cost. Every parallel region of a t-thread
+team waits for its slowest thread; when another process keeps some cores busy, the scheduler deschedules one of
+ours and the whole team waits. On the 2-core AMD EPYC (Zen 4) these notes were measured on, beside a busy loop, the
+bench step took 34.4 s on 2 threads and 15.6 s with auto (2.2x; docs/performance.md). Before each rollout and update
+`ThreadPolicy.fit` counts the cores other processes used since it last looked (all cores' busy time in /proc/stat,
+steal included, minus this process's own CPU time, over the wall time between) and gives torch the rest, at least 1
+and at most torch's default. The price: the count follows the load, so two runs of one seed differ when the load
+differs, and a resumed run no longer equals the uninterrupted one. The first change is said once on the console
+with its reason; every count is in the metrics (cpu/rollout_threads, cpu/update_threads).
 
-An explicit choice is never overridden: `PPOKIT_THREADS=N` fixes N threads, `PPOKIT_THREADS=off` (the test suite's
-setting) or an `OMP_NUM_THREADS` in the environment (the launcher sets one per rank) leaves torch's count alone, and
-a `torch.set_num_threads` call of the user's own is kept from then on. Thread counts change how some reductions
-are split, so a run whose count moved is not bit-for-bit the same as one whose count did not: fix the count for
-runs that must match exactly.
+A `torch.set_num_threads` call of the user's own is kept from then on.
 """
 
 from __future__ import annotations
@@ -62,20 +64,29 @@ def own_seconds() -> float:
 
 
 class ThreadPolicy:
-    """Fits torch's intra-op thread count to the cores other processes leave free (see the module docstring)."""
+    """Torch's intra-op thread count for a run: fixed (the default, or N), or fitted to the free cores (auto)."""
 
     def __init__(self, mode: str | None = None):
         self.cpus = _cpus()
-        self.most = torch.get_num_threads()  # torch's default: the physical cores it may use
-        mode = (os.environ.get(ENV, "auto") if mode is None else mode).strip().lower()
+        self.most = torch.get_num_threads()  # torch's default (or OMP_NUM_THREADS): the cores it may use
+        mode = (os.environ.get(ENV, "fixed") if mode is None else mode).strip().lower() or "fixed"
         self.fixed: int | None = None
         self.adaptive = mode == "auto" and "OMP_NUM_THREADS" not in os.environ and len(self.cpus) > 1
+        self._said = False
         if mode.isdigit() and int(mode) > 0:
             self.fixed = int(mode)
             torch.set_num_threads(self.fixed)
+        elif mode == "fixed":
+            self.fixed = self.most  # does not follow the load: the same bits idle or busy
         elif mode not in ("auto", "off"):
-            raise ConfigError(f"the environment variable {ENV}={mode!r}: expected auto (the default: fit the free "
-                              "cores), off (leave torch's count alone) or a positive number of threads")
+            raise ConfigError(f"the environment variable {ENV}={mode!r}: expected fixed (the default: torch's "
+                              "count for the whole run, bit-for-bit repeatable), a positive number of threads, auto "
+                              "(follow the free cores: faster beside busy neighbours, but runs and resumes are then "
+                              "not bit-for-bit repeatable) or off (leave torch's count alone)")
+        if self.adaptive:
+            logger.info("%s=auto: torch's thread count follows the cores other processes leave free; faster on a "
+                        "busy machine, but two runs of one seed (or a run and its resume) then differ in the last "
+                        "bits. Unset %s for a fixed count", ENV, ENV)
         self._chosen: int | None = None
         self._mark = self._sample()
 
@@ -95,16 +106,20 @@ class ThreadPolicy:
         others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)  # cores (logical) busy with others
         threads = max(1, min(self.most, round(self.most * (1 - others / len(self.cpus)))))
         if threads != torch.get_num_threads():
-            logger.info("torch threads %d -> %d: other processes kept %.1f of %d cores busy (%s=N fixes the count)",
-                        torch.get_num_threads(), threads, others, len(self.cpus), ENV)
+            # once with its reason; every later count is in the metrics, not on the console
+            (logger.debug if self._said else logger.info)(
+                "torch threads %d -> %d: other processes kept %.1f of %d cores busy (%s=auto follows the load; "
+                "later changes are in cpu/rollout_threads and cpu/update_threads)",
+                torch.get_num_threads(), threads, others, len(self.cpus), ENV)
+            self._said = True
             torch.set_num_threads(threads)
         self._chosen = threads
         return threads
 
 
 def fit_threads(state, phase: str) -> dict[str, float]:
-    """Fit the thread count before `phase` of a CPU run; {"cpu/<phase>_threads": count} where ppokit chooses the
-    count (auto or PPOKIT_THREADS=N), else {}."""
+    """Fit the thread count before `phase` of a CPU run; {"cpu/<phase>_threads": count} where ppokit sets the
+    count (fixed, N or auto), else {} (off)."""
     policy = getattr(state, "threads", None)
     if policy is None or not (policy.adaptive or policy.fixed):
         return {}

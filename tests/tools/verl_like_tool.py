@@ -25,3 +25,10 @@ class CounterTool:
 
     async def release(self, instance_id, **kwargs):
         self.released.append(instance_id)
+
+
+class NoConfigTool:
+    """A tool class whose constructor does not take verl's config= / tool_schema=."""
+
+    def __init__(self, name):
+        self.name = name

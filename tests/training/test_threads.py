@@ -1,6 +1,10 @@
-"""The thread policy gives torch the cores other processes leave free, and never overrides an explicit choice."""
+"""The thread policy: a fixed count by default (the same bits idle or beside a busy neighbour, resume exact), the
+adaptive policy (auto) as an explicit choice, and an explicit choice is never overridden."""
 
 import json
+import logging
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -51,6 +55,30 @@ def test_threads_follow_the_cores_other_processes_leave(four_cores):
     assert policy.fit() == 4
 
 
+def test_the_default_is_a_fixed_count_that_does_not_follow_the_load(four_cores, monkeypatch):
+    clock = four_cores
+    monkeypatch.delenv("PPOKIT_THREADS", raising=False)
+    policy = ThreadPolicy()
+    assert policy.fixed == 4 and not policy.adaptive
+    for others in (0, 3, 3.9, 1):
+        clock.advance(10, ours=1, others=others)
+        assert policy.fit() == 4 == torch.get_num_threads()
+    assert ThreadPolicy("fixed").fixed == 4
+
+
+def test_auto_says_its_cost_and_the_first_change_once(four_cores, caplog):
+    clock = four_cores
+    with caplog.at_level(logging.DEBUG, logger="ppokit"):
+        policy = ThreadPolicy("auto")
+        for others in (3, 0, 3, 0):
+            clock.advance(10, ours=1, others=others)
+            policy.fit()
+    info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(info) == 2  # the cost, once; the first change with its reason, once (later ones are metrics)
+    assert "not bit" not in info[0] and "differ in the last bits" in info[0]
+    assert "torch threads 4 -> 1: other processes kept 3.0 of 4 cores busy" in info[1]
+
+
 def test_a_short_window_keeps_the_count(four_cores):
     clock = four_cores
     policy = ThreadPolicy("auto")
@@ -76,7 +104,7 @@ def test_explicit_choices_win(four_cores, monkeypatch):
     torch.set_num_threads(3)  # the user's own call, e.g. in a notebook
     clock.advance(10, ours=3, others=0)
     assert policy.fit() == 3 and not policy.adaptive
-    with pytest.raises(ConfigError, match="PPOKIT_THREADS='many'"):
+    with pytest.raises(ConfigError, match="PPOKIT_THREADS='many'.*expected fixed"):
         ThreadPolicy("many")
 
 
@@ -103,3 +131,56 @@ def test_a_cpu_session_records_its_thread_counts(tiny_model_dir, tmp_path, monke
         assert metrics["cpu/rollout_threads"] == metrics["cpu/update_threads"] == 1.0 == torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
+
+
+def _weights(s) -> dict:
+    return {k: v.detach().clone() for k, v in s.model.state_dict().items()}
+
+
+def test_the_default_run_beside_a_busy_neighbour_resumes_to_the_bits_of_the_idle_run(tiny_model_dir, tmp_path,
+                                                                                        monkeypatch):
+    """2 steps idle vs 1 step beside a CPU-bound process, saved, resumed for step 2: the same bits (default policy)."""
+    from session_helpers import tiny_overrides
+
+    from ppokit.args import load_arguments
+    from ppokit.session import Session
+
+    monkeypatch.delenv("PPOKIT_THREADS", raising=False)  # the default, not the suite's "off"
+    before = torch.get_num_threads()
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"say a {i}:"}) + "\n" for i in range(8)))
+    reward = tmp_path / "reward.py"
+    reward.write_text("def distinct(prompts, responses, **kw):\n    return [float(len(set(r))) for r in responses]\n")
+
+    def session(folder):
+        return Session(load_arguments(None, overrides=tiny_overrides(
+            tiny_model_dir, str(prompts), tmp_path / folder, max_steps=2, kl_loss_coeff=0.05,
+            reward_functions=f"{reward}:distinct")))
+
+    try:
+        idle = session("idle")
+        idle_metrics = [idle.step(), idle.step()]
+        expected = _weights(idle)
+        idle.close()
+        neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            busy = session("busy")
+            first = busy.step()
+            busy.save()
+            busy.close()
+        finally:
+            neighbour.kill()
+            neighbour.wait()
+        resumed = Session.resume(str(tmp_path / "busy" / "out"))
+        second = resumed.step()
+        got = _weights(resumed)
+        resumed.close()
+    finally:
+        torch.set_num_threads(before)
+    assert expected.keys() == got.keys()
+    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
+    volatile = ("timing/", "throughput/", "memory/")
+    for mine, theirs in zip([first, second], idle_metrics):
+        assert {k: v for k, v in mine.items() if not k.startswith(volatile)} == {
+            k: v for k, v in theirs.items() if not k.startswith(volatile)}
+    assert first["cpu/rollout_threads"] == idle_metrics[0]["cpu/rollout_threads"] == before
