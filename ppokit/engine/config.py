@@ -1,11 +1,16 @@
 """The one place ppokit's DeepSpeed configuration is generated.
 
-Precision: trainable weights and optimizer state are float32 in DeepSpeed (its bf16 section stays
-off) and forwards run under `torch.autocast` (`ppokit.models.loading.autocast_context`). DeepSpeed's
-bf16 mode does run on this CPU with ZeRO 0/1/2, but it casts the module to bfloat16: the weights the
-rollout and the reference see lose precision (updates below bf16 resolution vanish from them),
-and actor, reference and old log-probs would be computed on differently rounded weights. fp16 is
-only used on CUDA, through DeepSpeed's fp16 mode with dynamic loss scaling.
+Precision (docs/performance.md, "One precision path"): trainable weights, gradients and optimizer state are
+float32; a bf16 run computes its forwards in bf16 through DeepSpeed's own `torch_autocast` section, which enters
+`torch.autocast(<accelerator>, bfloat16)` inside `engine.forward` the same way on a CPU and on CUDA. An autocast
+around `engine(...)` would not do: DeepSpeed switches an outer autocast off inside its forward when its own section
+is off, and it sees the outer one only on CUDA (`torch.is_autocast_enabled()` reads the CUDA flag), so the training
+forward ran float32 on a GPU and bf16 on a CPU. `lower_precision_safe_modules` is empty: DeepSpeed would otherwise
+all-reduce those modules' gradients and all-gather their ZeRO-3 shards in bf16, rounding the float32 weights every
+gather (saves, weight syncs) reads. DeepSpeed's bf16 section (bf16 weights, float32 master copies in the optimizer)
+is not used: the module's weights would be bf16, so checkpoints, the reference and the rollout would see rounded
+weights and saved folders would change format. fp16 is only used on CUDA, through DeepSpeed's fp16 mode with
+dynamic loss scaling.
 
 Optimizer: AdamW with PaddleNLP's keys (learning_rate, adam_beta1/2, adam_epsilon, weight_decay,
 max_grad_norm → gradient_clipping). Without offload it is torch's fused `torch.optim.AdamW`
@@ -21,6 +26,12 @@ import logging
 import torch
 
 log = logging.getLogger("ppokit")
+
+
+def autocast_section(dtype: torch.dtype) -> dict:
+    """DeepSpeed's `torch_autocast` section for forwards in `dtype` over float32 weights: nothing DeepSpeed
+    communicates (gradients, ZeRO-3 shards) is cast to it."""
+    return {"enabled": True, "dtype": str(dtype).removeprefix("torch."), "lower_precision_safe_modules": []}
 
 
 def zero_settings(sharding, offload_level="") -> tuple[int, bool]:
@@ -63,14 +74,16 @@ def deepspeed_config(
     eps: float = 1e-8,
     weight_decay: float = 0.0,
     max_grad_norm: float = 1.0,
-    bf16: bool = False,
     fp16: bool = False,
+    compute_dtype: torch.dtype | None = None,
     device="cpu",
 ) -> dict:
     """A DeepSpeed config dict for one trained model (actor or critic); logged once as JSON.
 
-    `bf16` leaves the config unchanged (autocast does bf16, see the module docstring); `fp16`
-    turns on DeepSpeed's fp16 mode on CUDA only.
+    `compute_dtype`: the dtype the forwards compute in (`ppokit.models.dtype_for`'s second value: bf16 only where
+    the device multiplies bf16 fast); bfloat16 turns on the `torch_autocast` section (see the module docstring).
+    `fp16` turns on DeepSpeed's fp16 mode on CUDA only (float16 weights: the engine computes in them without
+    autocast).
 
     `grad_accum` is the number of micro-batches per optimizer step on each rank; ppokit sets the
     accumulation boundary itself (see `ppokit.engine.backward_and_step`), so this only has to
@@ -106,5 +119,7 @@ def deepspeed_config(
     }
     if fp16 and on_cuda:
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    elif compute_dtype == torch.bfloat16:
+        config["torch_autocast"] = autocast_section(compute_dtype)
     log.debug("DeepSpeed config: %s", json.dumps(config, sort_keys=True))  # shown with --log_level debug
     return config

@@ -10,15 +10,18 @@ Memory: where vLLM's platform has a sleep mode (CUDA, ROCm, XPU; not CPU), the e
 KV cache freed, weights copied to CPU) after every `generate`, so the update has the GPU; `generate`
 empties torch's caching allocator, wakes the weights, loads the trained weights if they changed
 (`update_weights` only marks them), then wakes the KV cache. Weight sync goes through vLLM's reload
-path for processed weights (`reload_weights(weights_iterator=...)`: each vLLM layer is rebuilt from the
-HF-named tensors and re-processed for its kernels as soon as its last tensor arrives), fed module by
-module (ZeRO-3 gathers one module at a time, LoRA merged, each tensor copied once in the engine's
-dtype), and the prefix cache is reset after it. The same code runs on vLLM's CPU build.
+path for processed weights (`reload_weights(weights_iterator=...)`, vLLM with PR #32133, January 2026: each vLLM
+layer is rebuilt from the HF-named tensors and re-processed for its kernels as soon as its last tensor arrives);
+older vLLM (from the 0.10.2 floor on, whose `reload_weights()` takes no arguments and rereads the folder) gets
+them through the model's `load_weights` (`_load_on_worker` tells which by the runner's signature). Either way they
+are fed module by module (ZeRO-3 gathers one module at a time, LoRA merged, each tensor copied once in the
+engine's dtype), and the prefix cache is reset after it. The same code runs on vLLM's CPU build.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -131,7 +134,7 @@ class VLLMRolloutEngine:
         if self._stale_model is not None:
             weights = ((name, t.to(dtype=self.dtype, copy=True)) for chunk in hf_state_by_module(self._stale_model)
                        for name, t in chunk)  # copies: vLLM keeps a layer's tensors until its last one arrives
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            self.llm.collective_rpc(_load_on_worker, args=(weights,))
             self._stale_model = None
         if self._asleep:
             self.llm.wake_up(tags=["kv_cache"])
@@ -155,6 +158,27 @@ class VLLMRolloutEngine:
                 f"{len(prompts)} prompts x n={sampling.n}; the rollout is incomplete."
             )
         return completions
+
+
+def _load_on_worker(worker, weights) -> None:
+    """Load (HF name, tensor) pairs into the vLLM model of `worker` (run there by `collective_rpc`; the worker lives
+    in this process): through the reload path when the runner's `reload_weights` takes the weights (PR #32133),
+    else through the model's own `load_weights` (vLLM 0.10.2 up to that PR)."""
+    import inspect
+
+    runner = worker.model_runner
+    if "weights_iterator" in inspect.signature(runner.reload_weights).parameters:
+        worker.reload_weights(weights_iterator=weights)
+        return
+    _note_old_reload()
+    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+    model.load_weights(weights)
+
+
+@functools.cache
+def _note_old_reload() -> None:
+    log.info("this vLLM's reload_weights takes no weights (before PR #32133): trained weights are loaded through "
+             "the model's load_weights (fine for unquantized models)")
 
 
 def _requests_of_group(shares: list[list[list[int]]], index: int, seeded: bool) -> tuple[list[list[int]], int]:

@@ -16,6 +16,7 @@ import torch
 
 from ppokit.args.run_plan import option
 from ppokit.engine import build_engine, deepspeed_config, zero_settings
+from ppokit.models.loading import dtype_for
 
 
 def seed_everything(seed: int) -> None:
@@ -62,5 +63,5 @@ def engine_config(args, plan, device, *, critic: bool = False) -> dict:
         micro_batch_size=plan.micro_batch_size, grad_accum=plan.gradient_accumulation_steps,
         world_size=plan.world_size, lr=option(args, "learning_rate", critic), betas=(args.adam_beta1, args.adam_beta2),
         eps=args.adam_epsilon, weight_decay=option(args, "weight_decay", critic), max_grad_norm=args.max_grad_norm,
-        bf16=args.bf16, fp16=args.fp16, device=device,
+        fp16=args.fp16, compute_dtype=dtype_for(args.bf16, args.fp16, device)[1], device=device,
     )

@@ -1,11 +1,19 @@
 """Forward passes over rollout batches: response log-probs, entropies and values.
 
 Only the response positions go through the LM head (`logits_to_keep`), and only the N real response
-tokens reach the log-softmax, so a 49k-token vocabulary costs (N, V), never (B, P + R, V). Rows that
-share a prompt go through the model packed, the prompt once (packing.py).
+tokens reach it: the model's forward stops at the final hidden states and the head runs `chunk_size` tokens at
+a time (`lm_head.py`), so a 152k-token vocabulary costs (chunk_size, V) at once, never (N, V) nor
+(B, P + R, V). Rows that share a prompt go through the model packed, the prompt once (packing.py).
+
+Precision (`compute_context`): a DeepSpeed engine computes in the dtype of its config's `torch_autocast` section,
+entered inside `engine.forward`; plain modules (the reference, `engine.module` for old log-probs and values, the
+rollout's model) run under the same autocast from outside. No autocast is ever put around an engine: DeepSpeed
+switches it off inside on CUDA only.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -13,6 +21,7 @@ from ppokit.algos.logprobs import entropy_from_logits, token_logprobs, token_log
 from ppokit.models.loading import autocast_context
 from ppokit.training.batch import RolloutBatch
 from ppokit.training.device import to_model_device
+from ppokit.training.lm_head import chunked_head_logprobs, head_skipped, split_head
 from ppokit.training.packing import can_pack, pack_by_prompt, packed_attention_on
 
 
@@ -20,6 +29,25 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, L) positions that skip left padding, as `generate` computes them."""
     pos = attention_mask.long().cumsum(-1) - 1
     return pos.clamp_min(0)
+
+
+def is_engine(model) -> bool:
+    """Whether `model` is a DeepSpeed engine (whose forward applies its config's precision itself)."""
+    return hasattr(model, "torch_autocast_enabled") and hasattr(model, "module")
+
+
+def compute_context(model, compute_dtype, device):
+    """The context a forward of `model` runs in to compute in `compute_dtype`: nothing around a DeepSpeed engine
+    (its `torch_autocast` section casts inside its forward, on every device), `autocast_context` around anything
+    else. An engine whose config disagrees with `compute_dtype` is a RuntimeError, not a silent float32 forward."""
+    if not is_engine(model):
+        return autocast_context(compute_dtype, device)
+    if compute_dtype in (None, torch.float32) or model.fp16_enabled() or model.bfloat16_enabled():
+        return contextlib.nullcontext()  # float32, or DeepSpeed's own half-precision weights
+    if not model.torch_autocast_enabled() or model.torch_autocast_dtype() != compute_dtype:
+        raise RuntimeError(f"this DeepSpeed engine would compute in float32, but the run computes in {compute_dtype}: "
+                           "build its config with deepspeed_config(compute_dtype=...) (the torch_autocast section)")
+    return contextlib.nullcontext()
 
 
 def response_logits(model, batch: RolloutBatch) -> torch.Tensor:
@@ -73,11 +101,14 @@ def policy_forward(model, batch: RolloutBatch, chunk_size: int, entropy: str, co
     """
     real = batch.response_mask.bool()
     labels = batch.input_ids[:, batch.prompt_len :][real.to(batch.input_ids.device)][None]  # (1, N)
-    with autocast_context(compute_dtype, device):
-        logits = response_logits(model, batch)[None]  # (1, N, V)
+    head = split_head(model)
+    with compute_context(model, compute_dtype, device), head_skipped(head):
+        logits = response_logits(model, batch)[None]  # (1, N, V); (1, N, H) hidden states when the head is split
     # Log-probs of the distribution that was sampled from (logits / temperature), as verl does.
     t = temperature if temperature and temperature > 0 else 1.0
-    if entropy == "detached":  # logged only: from the same float32 chunks as the log-probs
+    if head is not None:
+        logp, ent = chunked_head_logprobs(head, logits, labels, chunk_size, entropy, t, compute_dtype, device)
+    elif entropy == "detached":  # logged only: from the same float32 chunks as the log-probs
         logp, ent = token_logprobs_and_entropy(logits, labels, chunk_size=chunk_size, temperature=t)
     else:
         logp = token_logprobs(logits, labels, chunk_size=chunk_size, temperature=t)
@@ -124,7 +155,7 @@ def batched_values(value_model, batch: RolloutBatch, micro_batch_size: int, comp
 def value_forward(value_model, batch: RolloutBatch, compute_dtype, device) -> torch.Tensor:
     """(B, R) values V(s_t) for the state before each response token (with grad)."""
     R = batch.response_mask.shape[1]
-    with autocast_context(compute_dtype, device):
+    with compute_context(value_model, compute_dtype, device):
         values = value_model(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,

@@ -2,6 +2,7 @@ import json
 import logging
 
 import pytest
+import torch
 
 from ppokit.engine import deepspeed_config, zero_settings
 
@@ -30,7 +31,7 @@ def test_unknown_sharding_is_explained():
 
 def _config(**kw):
     base = dict(zero_stage=2, offload_optimizer=False, micro_batch_size=2, grad_accum=4, world_size=2, lr=1e-6,
-                betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, max_grad_norm=1.0, bf16=True, fp16=False, device="cpu")
+                betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, max_grad_norm=1.0, fp16=False, device="cpu")
     base.update(kw)
     return deepspeed_config(**base)
 
@@ -43,7 +44,7 @@ def test_config_carries_paddlenlp_optimizer_keys_and_is_logged(caplog):
     assert cfg["optimizer"] == {"type": "AdamW", "params": {"lr": 1e-6, "betas": [0.9, 0.95], "eps": 1e-8,
                                                             "weight_decay": 0.01, "torch_adam": True, "fused": True}}
     assert cfg["zero_optimization"] == {"stage": 2}
-    assert "bf16" not in cfg and "fp16" not in cfg  # float32 master weights; autocast does bf16
+    assert "bf16" not in cfg and "fp16" not in cfg and "torch_autocast" not in cfg  # float32 compute
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("DeepSpeed config: ")]
     assert json.loads(logged[-1][len("DeepSpeed config: "):]) == cfg
 
@@ -56,8 +57,17 @@ def test_offload_only_on_cuda_and_with_zero():
 
 
 def test_fp16_uses_deepspeed_loss_scaling_on_cuda_only():
-    assert _config(bf16=False, fp16=True, device="cuda")["fp16"]["enabled"] is True
-    assert "fp16" not in _config(bf16=False, fp16=True, device="cpu")
+    assert _config(fp16=True, compute_dtype=torch.float16, device="cuda")["fp16"]["enabled"] is True
+    assert "fp16" not in _config(fp16=True, compute_dtype=torch.bfloat16, device="cpu")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_bf16_compute_is_deepspeeds_torch_autocast_section_on_every_device(device):
+    """bf16 forwards over float32 weights: DeepSpeed's torch_autocast section, the same on a CPU and on CUDA; its
+    gradients and ZeRO-3 shards stay float32 (no lower-precision modules); no bf16 weights (no bf16 section)."""
+    cfg = _config(compute_dtype=torch.bfloat16, device=device)
+    assert cfg["torch_autocast"] == {"enabled": True, "dtype": "bfloat16", "lower_precision_safe_modules": []}
+    assert "bf16" not in cfg and "fp16" not in cfg
 
 
 def test_no_clipping_and_bad_stage():

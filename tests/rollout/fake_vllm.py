@@ -59,16 +59,38 @@ class FakeModel:
         self.owner._log("load_weights", names)
 
 
-class FakeWorker:
+class FakeRunner:
+    """The model runner of vLLM with PR #32133 (January 2026): `reload_weights` takes the new weights."""
+
     def __init__(self, owner):
-        self.model_runner = types.SimpleNamespace(model=FakeModel(owner))
+        self.model = FakeModel(owner)
+
+    def get_model(self):
+        return self.model
 
     def reload_weights(self, weights_iterator=None, weights_path=None, is_checkpoint_format=True):
-        self.model_runner.model.load_weights(weights_iterator)
+        self.model.load_weights(weights_iterator)
+
+
+class OldFakeRunner(FakeRunner):
+    """The model runner of vLLM 0.10.2 up to that PR: `reload_weights()` takes no arguments (it reads the model's
+    folder again); new weights go through `get_model().load_weights`."""
+
+    def reload_weights(self):
+        self.model.owner._log("reload_from_disk")
+
+
+class FakeWorker:
+    def __init__(self, owner, runner=FakeRunner):
+        self.model_runner = runner(owner)
+
+    def reload_weights(self, *args, **kwargs):  # vLLM's worker passes everything to its runner
+        self.model_runner.reload_weights(*args, **kwargs)
 
 
 class LLM:
     instances: list[LLM] = []
+    old_reload = False  # True: behave as vLLM before PR #32133 (make_module(old_reload=True))
 
     def __init__(self, **kwargs):
         self.kwargs = kwargs
@@ -77,7 +99,7 @@ class LLM:
         self.requests: list[list[list[int]]] = []  # prompts of each generate call
         self.sampling: list[list[dict]] = []  # the SamplingParams kwargs of each call (one per request)
         self.weights_asleep = self.kv_asleep = False
-        self.worker = FakeWorker(self)
+        self.worker = FakeWorker(self, OldFakeRunner if LLM.old_reload else FakeRunner)
         self.problems: list[str] = []
         with _lock:
             LLM.instances.append(self)
@@ -135,9 +157,10 @@ def _complete(prompt: list[int], k: int, kw: dict) -> CompletionOutput:
     return CompletionOutput(k, cut, "stop" if cut[-1] == stop else "length", logprobs)
 
 
-def make_module(sleep_mode: bool = True) -> types.ModuleType:
+def make_module(sleep_mode: bool = True, old_reload: bool = False) -> types.ModuleType:
     """A fresh `vllm` module object over this fake (earlier LLM instances forgotten), with a
-    `vllm.platforms` submodule whose platform has a sleep mode or not; `register` puts both in sys.modules."""
+    `vllm.platforms` submodule whose platform has a sleep mode or not; `register` puts both in sys.modules.
+    old_reload: the worker's `reload_weights` takes no arguments, as before vLLM's PR #32133."""
     module = types.ModuleType("vllm")
     module.LLM = LLM
     module.SamplingParams = SamplingParams
@@ -146,6 +169,7 @@ def make_module(sleep_mode: bool = True) -> types.ModuleType:
     module.platforms.current_platform = types.SimpleNamespace(is_sleep_mode_available=lambda: sleep_mode,
                                                               is_cpu=lambda: not sleep_mode)
     LLM.instances = []
+    LLM.old_reload = old_reload
     return module
 
 
@@ -153,9 +177,9 @@ def register(module: types.ModuleType) -> None:
     sys.modules["vllm"], sys.modules["vllm.platforms"] = module, module.platforms
 
 
-def install(monkeypatch, sleep_mode: bool = True) -> types.ModuleType:
+def install(monkeypatch, sleep_mode: bool = True, old_reload: bool = False) -> types.ModuleType:
     """Put this fake in sys.modules as `vllm` for one test."""
-    module = make_module(sleep_mode)
+    module = make_module(sleep_mode, old_reload)
     monkeypatch.setitem(sys.modules, "vllm", module)
     monkeypatch.setitem(sys.modules, "vllm.platforms", module.platforms)
     return module

@@ -1,0 +1,87 @@
+"""The LM head applied chunk by chunk to the response tokens' hidden states.
+
+A forward of a causal LM builds the (tokens x vocabulary) logits of every kept position at once: 8 x 2048 response
+tokens x 151,936 (Qwen2) x 4 bytes is ~10 GB per micro-batch, plus its gradient. Here the model's forward runs with
+its LM head passed through (`head_skipped`: its output is the final hidden states), and `chunked_head_logprobs`
+runs the head on `chunk_size` tokens at a time, each chunk under activation checkpointing when a gradient is
+needed, so at most one chunk's (chunk x V) logits exist at once, in forward and in backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from ppokit.algos.logprobs import _chunk_entropy, _chunk_logprobs, _chunk_logprobs_entropy
+from ppokit.models.loading import KNOWN_DECODER_TYPES, autocast_context
+
+# config attributes of families whose forward changes the logits after the head (soft-capping, scaling)
+_AFTER_HEAD = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def split_head(model):
+    """The LM head module of `model` (a DeepSpeed engine, a peft wrapper or a transformers causal LM) when the
+    logits are exactly `head(hidden_states)` (a known decoder family with nothing applied after the head), else
+    None (the forward then builds the logits itself)."""
+    module = getattr(model, "module", model)
+    base = module.get_base_model() if hasattr(module, "peft_config") else module
+    config = getattr(base, "config", None)
+    if getattr(config, "model_type", None) not in KNOWN_DECODER_TYPES:
+        return None
+    if any(getattr(config, key, None) not in (None, 1, 1.0) for key in _AFTER_HEAD):
+        return None
+    head = getattr(base, "lm_head", None)
+    return head if isinstance(head, torch.nn.Linear) or hasattr(head, "base_layer") else None
+
+
+@contextlib.contextmanager
+def head_skipped(head):
+    """Inside: `head(x)` returns x (the model's "logits" are its final hidden states); a no-op for None. The head's
+    module hooks (ZeRO-3's gather) still run; only its computation is skipped."""
+    if head is None:
+        yield
+        return
+    head.forward = _identity  # an instance attribute shadows the class's forward
+    try:
+        yield
+    finally:
+        del head.forward
+
+
+def _identity(x, *args, **kwargs):
+    return x
+
+
+def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, chunk_size: int, entropy: str,
+                          temperature: float, compute_dtype, device):
+    """(log-probs (1, N), entropies (1, N) or None) of `labels` (1, N) under softmax(head(hidden) / temperature),
+    hidden (1, N, H), the head run on `chunk_size` rows at a time under the run's compute autocast.
+
+    entropy: "grad" (differentiable), "detached" (no gradient) or "none". Equal to the log-probs of the
+    full logits up to the rounding of a matmul split into row blocks (tests/training/test_lm_head_chunks.py).
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
+
+    def one(h, y):
+        with autocast_context(compute_dtype, device):
+            logits = head(h)
+        if entropy == "detached":
+            return _chunk_logprobs_entropy(logits, y, temperature)
+        logp = _chunk_logprobs(logits, y, temperature)
+        return (logp, _chunk_entropy(logits, temperature)) if entropy == "grad" else (logp, None)
+
+    safe = labels.clamp_min(0).long()
+    pieces = []
+    for s in range(0, hidden.shape[1], chunk_size):
+        h, y = hidden[:, s : s + chunk_size], safe[:, s : s + chunk_size]
+        pieces.append(checkpoint(one, h, y, use_reentrant=False) if needs_grad else one(h, y))
+    if not pieces:
+        empty = hidden.new_zeros(labels.shape, dtype=torch.float32)
+        return empty, (None if entropy == "none" else empty.clone())
+    logp = torch.cat([p[0] for p in pieces], dim=1).masked_fill(labels < 0, 0.0)
+    ent = None if entropy == "none" else torch.cat([p[1] for p in pieces], dim=1)
+    return logp, ent
