@@ -127,7 +127,10 @@ def build_eval_state(args, records: list[dict]) -> SimpleNamespace:
     fns = [normalize_reward_fn(f) for f in build_reward_functions(args, kept)]
     engine = make_rollout_engine(args.rollout_engine, args.use_fusemt, model, tokenizer, model_path=path,
                                  batch_size=args.per_device_eval_batch_size, compute_dtype=compute_dtype, args=args)
-    return SimpleNamespace(eval_records=kept, reward_fns=fns, rollout_engine=engine,
+    from ppokit.rollout.agent_loop import agent_spec
+
+    # the rollout a training run of these arguments makes (tools and turns too), scored by its rule
+    return SimpleNamespace(eval_records=kept, reward_fns=fns, rollout_engine=engine, agent=agent_spec(args, tokenizer),
                            policy=SimpleNamespace(tokenizer=tokenizer), model_path=path)
 
 

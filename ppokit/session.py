@@ -3,6 +3,7 @@
     s = Session.from_json("config/grpo_argument.json", max_steps=20)
     batch = s.rollout(); s.score(batch); s.compute_advantages(batch); stats = s.update(batch)
     s.step(); s.train(); s.evaluate(); s.save(); Session.resume(output_dir); s.show(batch)
+    batch = s.produce(); metrics = s.consume(batch)      # the step's two halves (s.step() is exactly this)
 
 Each call reads top to bottom and is safe to repeat; `s.args` may be changed between calls
 (e.g. `s.args.temperature = 0.7`) and the next call uses the new value. A key fixed when the Session was built
@@ -67,8 +68,12 @@ class Session:
     # ------------------------------------------------------------------ the four phases
 
     def rollout(self) -> RolloutBatch:
-        """Draw the step's prompts and generate `rollout_n` responses each (plus reference log-probs)."""
-        return phases.rollout(self.state, self.args)
+        """Draw the step's prompts and generate `rollout_n` responses each (plus reference log-probs). With
+        `dynamic_sampling` the batch comes back scored: its groups were kept by their rewards."""
+        batch = phases.rollout(self.state, self.args)
+        if self.args.dynamic_sampling:
+            batch = phases.dynamic_sampling(self.state, self.args, phases.score(self.state, self.args, batch))
+        return phases.with_logprobs(self.state, self.args, batch)
 
     def score(self, batch: RolloutBatch) -> torch.Tensor:
         """Rewards for every response (rule functions, reward model or reward server); returns (B,)."""
@@ -96,13 +101,19 @@ class Session:
 
     # ------------------------------------------------------------------ loops
 
-    def step(self) -> dict[str, float]:
-        """rollout → score → advantages → update → log; returns the step's metrics. The one place the
-        phases' order is decided; each phase returns a new batch."""
-        started = time.perf_counter()
+    def produce(self) -> RolloutBatch:
+        """The producing half of a step: draw prompts, generate (each row tagged with the policy version that made
+        it), score, and under `dynamic_sampling` drop flat groups and draw more until the batch is full. Touches no
+        optimizer state and runs none of the update's collectives."""
         batch = phases.rollout(self.state, self.args)
-        if batch.scores is None:  # dynamic sampling scores while it draws
-            batch = phases.score(self.state, self.args, batch)
+        batch = phases.score(self.state, self.args, batch)
+        return phases.dynamic_sampling(self.state, self.args, batch)
+
+    def consume(self, batch: RolloutBatch, started: float | None = None) -> dict[str, float]:
+        """The consuming half: log-probs under the trainer's weights, advantages, the update and the rollout
+        weight sync, then the step's metrics logged; returns them. `started`: when the step's clock started."""
+        started = time.perf_counter() if started is None else started
+        batch = phases.with_logprobs(self.state, self.args, batch)
         batch = phases.advantages(self.state, self.args, batch)
         metrics = phases.update(self.state, self.args, batch)
         self.global_step += 1
@@ -115,10 +126,16 @@ class Session:
         self.history.append({"step": self.global_step, **metrics})
         self.last_batch = batch
         self.tracker.log(self.global_step, metrics)
-        if (self.args.logging_strategy != "no" and self.args.logging_steps
-                and self.global_step % self.args.logging_steps == 0):
+        if self.plan.due("samples", self.global_step, self.args):
             self.tracker.log_samples(self.global_step, sample_rows(batch, limit=4))
         return metrics
+
+    def step(self) -> dict[str, float]:
+        """produce() then consume(batch): rollout → score → dynamic sampling | log-probs → advantages → update →
+        log; returns the step's metrics. The one place the phases' order is decided; each phase returns a new
+        batch."""
+        started = time.perf_counter()
+        return self.consume(self.produce(), started)
 
     def train(self) -> list[dict]:
         """Step until `max_steps`, with evaluation, checkpoints and progress; returns the metric history."""

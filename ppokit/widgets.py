@@ -69,14 +69,14 @@ def batch_rows(batch) -> list[dict]:
     under FULL_PROMPT. `advantage` is the mean over the response's tokens (GRPO gives every token the
     same value); reward and advantage are None before `score()` / `compute_advantages()` ran.
     """
-    from ppokit.rollout.agent_loop import turns_text  # multi-turn: model and tool turns marked
+    from ppokit.rollout.agent_loop import is_exchange, turns_text  # multi-turn: model and tool turns marked
 
-    rows = []
+    rows, exchange = [], is_exchange(batch.turns, batch.score_fields)
     lengths = batch.response_lengths.tolist()
     for i in range(len(batch)):
         row = {"#": i, "group": int(batch.group_ids[i]),
                "prompt": question_text(batch.records[i], batch.prompt_texts[i]),
-               "response": batch.response_texts[i] if batch.turns is None else turns_text(batch.turns[i])}
+               "response": turns_text(batch.turns[i]) if exchange else batch.response_texts[i]}
         row["reward"] = float(batch.scores[i]) if batch.scores is not None else None
         for name, values in (batch.reward_terms or {}).items():
             row[f"reward/{name}"] = float(values[i])

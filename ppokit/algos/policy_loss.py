@@ -18,9 +18,28 @@ from __future__ import annotations
 
 import torch
 
+from ppokit.algorithms import POLICY_LOSS_TABLE
+
 from .masked import as_float_mask, masked_mean
 
-__all__ = ["vanilla", "gspo", "cispo", "POLICY_LOSSES"]
+__all__ = ["vanilla", "gspo", "cispo", "POLICY_LOSSES", "policy_loss"]
+
+POLICY_LOSSES: dict = {}  # name (a row of ppokit.algorithms.POLICY_LOSS_TABLE) -> fn, filled by @policy_loss
+
+
+def policy_loss(name: str):
+    """Register ``fn`` as the policy loss ``name`` (``@policy_loss("gspo")``); the name needs its row in
+    ``ppokit.algorithms.POLICY_LOSS_TABLE``, which the ``policy_loss`` key's choices come from."""
+
+    def register(fn):
+        if name not in POLICY_LOSS_TABLE:
+            raise ValueError(f"policy loss {name!r} has no row in ppokit.algorithms.POLICY_LOSS_TABLE; add one")
+        if name in POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is registered twice")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return register
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -67,6 +86,7 @@ def _finish(loss, mask, clip_active, dual_active, logp, old_logp):
     return loss, metrics
 
 
+@policy_loss("vanilla")
 def vanilla(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -90,6 +110,7 @@ def vanilla(
     return _finish(loss, mask, clip_active, dual_active, logp, old_logp)
 
 
+@policy_loss("gspo")
 def gspo(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -118,6 +139,7 @@ def gspo(
     return _finish(loss, mask, clip_active, dual_active, logp, old_logp)
 
 
+@policy_loss("cispo")
 def cispo(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -144,4 +166,3 @@ def cispo(
     return _finish(loss, mask, clip_active, torch.zeros_like(clip_active), logp, old_logp)
 
 
-POLICY_LOSSES = {"vanilla": vanilla, "gspo": gspo, "cispo": cispo}

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from ppokit.algorithms import POLICY_LOSS_NAMES
+
 from .model_data import GROUP_CONFIG
 
 KlEstimator = Literal["k1", "k2", "k3", "abs"]
@@ -35,7 +37,7 @@ class PpokitArguments(BaseModel):
     kl_horizon: int = Field(10000, ge=1, description="Horizon (in sequences) of the adaptive KL controller.")
     clip_ratio_c: float | None = Field(
         None, description="Dual-clip constant c (>1) bounding the loss of negative-advantage tokens; None = off.")
-    policy_loss: Literal["vanilla", "gspo", "cispo"] = Field(
+    policy_loss: Literal[POLICY_LOSS_NAMES] = Field(  # the policy-loss table's names
         "vanilla", description="Policy loss: vanilla clipped PPO, gspo (sequence-level ratio) or cispo.")
     rollout_is: Literal["off", "token", "sequence"] = Field(
         "off", description="Truncated importance sampling against the rollout engine's log-probs (rollout-train "

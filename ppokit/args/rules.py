@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ppokit.algorithms import algorithm
+from ppokit.algorithms import ALGORITHMS, NORM_OFF_ALGORITHMS, algorithm
 
 from .arguments import Arguments
 from .batch import batch_plan
 from .errors import ConfigError
 
-NORM_OFF_ALGORITHMS = frozenset({"grpo", "drgrpo", "dapo", "rloo"})
-"""PaddleNLP turns normalize_reward/advantage off for grpo; ppokit does so for its group variants too."""
+# NORM_OFF_ALGORITHMS (the table's normalize_off): PaddleNLP turns normalize_reward/advantage off for grpo; ppokit
+# does so for its group variants too.
 
 
 def derive(args: Arguments, world_size: int) -> tuple[dict[str, Any], list[str]]:
@@ -29,19 +29,8 @@ def derive(args: Arguments, world_size: int) -> tuple[dict[str, Any], list[str]]
     return updates, notes
 
 
-# What the papers' recipes set, applied only to keys the user did not set.
-ALGORITHM_PRESETS = {
-    # Dr.GRPO (Liu et al. 2025): no std normalisation, a constant length normaliser.
-    "drgrpo": {"norm_adv_by_std_in_grpo": False, "loss_agg_mode": "seq-mean-token-sum-norm"},
-    # DAPO (Yu et al. 2025): clip-higher, token-level loss, dynamic sampling, overlong shaping.
-    "dapo": {"clip_range_ratio_low": 0.2, "clip_range_ratio_high": 0.28, "loss_agg_mode": "token-mean",
-             "dynamic_sampling": True, "enable_overlong_reward_buffer": True},
-    # VAPO (Yue et al. 2025): value pretraining, decoupled GAE (critic lambda 1), length-adaptive actor lambda
-    # (alpha 0.05), clip-higher, token-level loss, positive-example LM loss (mu 0.1).
-    "vapo": {"critic_warmup_steps": 50, "lam_critic": 1.0, "length_adaptive_alpha": 0.05,
-             "clip_range_ratio_low": 0.2, "clip_range_ratio_high": 0.28, "loss_agg_mode": "token-mean",
-             "positive_lm_coeff": 0.1},
-}
+# What the papers' recipes set (the algorithm table's presets), applied only to keys the user did not set.
+ALGORITHM_PRESETS = {name: dict(a.presets) for name, a in ALGORITHMS.items() if a.presets}
 
 
 def _algorithm_presets(args: Arguments, updates: dict, notes: list[str]) -> None:

@@ -69,6 +69,11 @@ class RunPlan:
             raise AttributeError(name)
         return getattr(self.batch, name)
 
+    def due(self, kind: str, step: int, args: Any, new_epoch: bool = False) -> bool:
+        """Whether `kind` ("eval", "save", "log", "samples") is due after rollout step `step`, by the arguments'
+        current cadence keys (live), the rule the plan's text states (`cadence_of`)."""
+        return cadence_of(args, kind).due(step, new_epoch)
+
     @property
     def optimizer_steps(self) -> int:
         """Actor optimizer steps over the whole run."""
@@ -143,23 +148,60 @@ def lr_schedule(args: Any, optimizer_steps: int, per_rollout: int, *, critic: bo
                       decay_steps=None if decay is None else max(1, decay * per_rollout))
 
 
+@dataclass(frozen=True)
+class Cadence:
+    """When something recurs: a PaddleNLP `*_strategy` ("steps" | "epoch" | "no") and its `*_steps`. The one rule
+    for both the plan's text and the train loop's "is it due now"."""
+
+    strategy: str
+    every: int | None = None
+
+    def due(self, step: int, new_epoch: bool) -> bool:
+        """"steps": every `every` steps; "epoch": when the prompts entered a new epoch at this step; else never."""
+        if self.strategy == "epoch":
+            return new_epoch
+        return self.strategy == "steps" and bool(self.every) and self.every > 0 and step % self.every == 0
+
+    def describe(self) -> str:
+        """'every N steps' / 'each epoch' / 'never'."""
+        if self.strategy == "epoch":
+            return "each epoch"
+        if self.strategy == "steps" and self.every and self.every > 0:
+            return f"every {self.every} steps"
+        return "never"
+
+
 def cadence(strategy: str, every: int | None) -> str:
     """'every N steps' / 'each epoch' / 'never' for a PaddleNLP `*_strategy` and its `*_steps`."""
-    if strategy == "epoch":
-        return "each epoch"
-    if strategy == "steps" and every and every > 0:
-        return f"every {every} steps"
-    return "never"
+    return Cadence(strategy, every).describe()
+
+
+CADENCE_KINDS = ("eval", "save", "log", "samples")
+
+
+def cadence_of(args: Any, kind: str) -> Cadence:
+    """The cadence of `kind` from the (live: a notebook may change them between steps) arguments: "eval"
+    (do_eval, evaluation_strategy, eval_steps), "save", "log" (the console summary) and "samples" (a few rows to
+    VisualDL and samples.jsonl: every logging_steps unless logging_strategy is "no")."""
+    if kind == "eval":
+        return Cadence(args.evaluation_strategy if args.do_eval else "no", args.eval_steps)
+    if kind == "save":
+        return Cadence(args.save_strategy, args.save_steps)
+    if kind == "log":
+        return Cadence(args.logging_strategy, args.logging_steps)
+    if kind == "samples":
+        return Cadence("steps" if args.logging_strategy != "no" else "no", args.logging_steps)
+    raise ValueError(f"unknown cadence {kind!r}; one of {', '.join(CADENCE_KINDS)}")
 
 
 def run_plan(args: Any, batch: BatchPlan, batches_per_epoch: int | None) -> RunPlan:
     """The run's plan from the arguments, their batch plan and the prompt batches one epoch yields."""
     steps, mode = rollout_steps(args, batches_per_epoch)
     per = batch.optimizer_steps_per_rollout
-    evaluate = cadence(args.evaluation_strategy, args.eval_steps) if args.do_eval else "never"
+    evaluate = cadence_of(args, "eval").describe()
     return RunPlan(
         batch=batch, rollout_steps=steps, mode=mode, epochs=args.num_train_epochs if mode == "epochs" else None,
         batches_per_epoch=batches_per_epoch,
         actor_schedule=lr_schedule(args, steps * per, per), critic_schedule=lr_schedule(args, steps * per, per, critic=True),
-        eval_every=evaluate, save_every=cadence(args.save_strategy, args.save_steps),
-        log_every=cadence(args.logging_strategy, args.logging_steps))
+        eval_every=evaluate, save_every=cadence_of(args, "save").describe(),
+        log_every=cadence_of(args, "log").describe())

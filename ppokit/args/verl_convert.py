@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ppokit.algorithms import VERL_ESTIMATORS
+
 from .errors import ConfigError
 from .extensions import VERL_KL_NAMES
 
@@ -136,8 +138,7 @@ _kl_loss = _switched("kl_loss_coeff", "actor_rollout_ref.actor.use_kl_loss", "ac
 _kl_reward = _switched("kl_coeff", "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef", 0.001)
 
 
-ESTIMATORS = {"gae": "ppo", "grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce_plus_plus",
-              "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "drgrpo": "drgrpo", "dapo": "dapo"}
+ESTIMATORS = VERL_ESTIMATORS  # verl's adv_estimator -> rl_algorithm (the algorithm table's verl names)
 
 
 def _estimator(value, ctx):

@@ -12,6 +12,8 @@ import fnmatch
 import os
 from typing import NamedTuple
 
+from ppokit.algorithms import ALGORITHMS
+
 from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported for callers of the table)
     LAUNCH_KEYS,
     SKIP,
@@ -325,7 +327,7 @@ TABLE.update({
     "algorithm.lam": K(1.0, "lam", "ppokit's own default is 0.95"),
     "algorithm.adv_estimator": K("gae", "rl_algorithm", "gae -> ppo; grpo, rloo, reinforce_plus_plus(_baseline) "
                                  "keep their names", _estimator,
-                                 _if("rl_algorithm", lambda v: {"ppo": "gae"}.get(v, v))),
+                                 _if("rl_algorithm", lambda v: ALGORITHMS[v].verl_name or v)),
     "algorithm.norm_adv_by_std_in_grpo": K(True, "norm_adv_by_std_in_grpo"),
     "algorithm.use_kl_in_reward": K(False, "kl_coeff", "false sets kl_coeff=0; ppokit puts KL in the reward only "
                                     "for ppo and reinforce_plus_plus(_baseline)", _kl_reward,

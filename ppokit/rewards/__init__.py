@@ -2,6 +2,7 @@
 
     fns = build_reward_functions(args, records)                   # list[NamedReward]
     total, per_fn = compute_rewards(fns, prompts, responses, records)
+    total, per_fn = score_responses(fns, prompts, answers, records, score_fields, rollout_rewards)  # the one rule
     keep, n_skipped = skipped_groups(total, rollout_n)            # only under reward_on_error: skip_group
 
 The server and client live in `ppokit.rewards.server` / `ppokit.rewards.client` (imported on demand).
@@ -22,6 +23,7 @@ from ppokit.rewards.functions import (
     record_fields,
     skipped_groups,
 )
+from ppokit.rewards.scoring import score_responses
 
 
 def __getattr__(name):
@@ -46,5 +48,6 @@ __all__ = [
     "make_rule_reward",
     "parse_reward_functions",
     "record_fields",
+    "score_responses",
     "skipped_groups",
 ]

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from ppokit.rewards.detect import detect_task
 from ppokit.rewards.errors import RewardError
-from ppokit.rewards.functions import NamedReward, compute_rewards, load_reward_function
+from ppokit.rewards.functions import NamedReward, load_reward_function
+from ppokit.rewards.scoring import score_responses
 
 Scored = tuple[float, dict]
 
@@ -68,12 +69,13 @@ def task_scorer(task: str | None = None, get_task: Callable | None = None) -> Sc
 
 
 def function_scorer(reward: NamedReward) -> Scorer:
-    """Score items with a RewardFn (all of them in one call), checked like `compute_rewards` checks it."""
+    """Score items with a RewardFn (all of them in one call) by training's rule (`score_responses`: the server's
+    items are final answers with no conversation, so the rule is the reward function's value)."""
 
     def score(items: list[dict]) -> list[Scored]:
         records = [_item_record(i, item, item.get("task")) for i, item in enumerate(items)]
         try:
-            total, _ = compute_rewards([reward], [r["prompt"] for r in records],
+            total, _ = score_responses([reward], [r["prompt"] for r in records],
                                        [item.get("response") or "" for item in items], records)
         except RewardError as exc:
             index = exc.index

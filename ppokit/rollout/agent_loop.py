@@ -11,6 +11,11 @@ Every row (prompt x sample) advances together, one model turn per round:
 4. a row ends at EOS without a call, at the budget ("length"), or after max_assistant_turns ("turns").
 Token-in/token-out: the model's tokens are kept exactly as sampled (only cut, never decoded and re-encoded); only
 the tool turns are tokenized. Rows that finished drop out of the next round.
+
+`rollout` is the one entry point training and evaluation call: a single-turn rollout is this loop with one turn and
+no tools (one engine call for all n samples of each prompt, so it samples exactly as the engine does), and every
+row comes back with what scoring needs — its final answer, its turns, its extra reward fields and the tools' step
+rewards — so that nothing after the rollout asks whether a row was single- or multi-turn.
 """
 
 from __future__ import annotations
@@ -95,6 +100,54 @@ def _calls_cut(tokenizer, ids: list[int], fmt: str) -> int | None:
         else:
             lo = mid + 1
     return lo
+
+
+def rollout(engine: RolloutEngine, tokenizer, prompt_token_ids: list[list[int]], sampling: SamplingParams,
+            spec: AgentSpec | None = None, multi_turn: list[bool] | None = None,
+            tools_kwargs: list[dict] | None = None) -> RolloutOutput:
+    """`sampling.n` responses per prompt with turns, final answers, score fields and rollout rewards filled in.
+
+    spec None (no tools): one model turn per row, the engine's own n-sample generate. Otherwise the multi-turn
+    loop of `agent_generate`; its rows add `conversation` to the fields reward functions see, and the tools' step
+    rewards (verl's execute / calc_reward) are the reward term `tool_step`.
+    """
+    if spec is None:
+        out = engine.generate(prompt_token_ids, sampling)
+        turns = [[one_turn(ids, tokenizer)] for ids in out.response_ids]
+        return replace(out, turns=turns, answers=final_answers(out.response_ids, turns, tokenizer),
+                       score_fields=[{} for _ in turns])
+    out = agent_generate(engine, tokenizer, prompt_token_ids, sampling, spec, multi_turn, tools_kwargs)
+    return replace(out, answers=final_answers(out.response_ids, out.turns, tokenizer),
+                   score_fields=[{"conversation": t} for t in out.turns],
+                   rollout_rewards={"tool_step": tool_step_rewards(out.turns)}, stats=tool_metrics(out.turns))
+
+
+def one_turn(ids: list[int], tokenizer) -> dict:
+    """A single-turn response as its one segment (the same shape a multi-turn row's model turns have)."""
+    return {"role": "assistant", "text": tokenizer.decode(ids, skip_special_tokens=False), "start": 0,
+            "end": len(ids)}
+
+
+def final_answer(ids: list[int], turns: list[dict], tokenizer) -> str:
+    """The text of the last model turn of a response (special tokens dropped): what reward functions score."""
+    last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
+    return "" if last is None else tokenizer.decode(ids[last["start"]:last["end"]], skip_special_tokens=True)
+
+
+def final_answers(response_ids: list[list[int]], turns: list[list[dict]], tokenizer) -> list[str]:
+    return [final_answer(ids, t, tokenizer) for ids, t in zip(response_ids, turns)]
+
+
+def tool_step_rewards(turns: list[list[dict]]) -> list[float]:
+    """Per row: the sum of its calls' step rewards plus the tools' final calc_reward."""
+    return [sum(c.get("reward", 0.0) for t in row for c in t.get("calls", [])) +
+            (row[-1].get("tool_reward", 0.0) if row else 0.0) for row in turns]
+
+
+def is_exchange(turns: list[list[dict]] | None, score_fields: list[dict] | None) -> bool:
+    """Whether the views show a batch's rows as exchanges (marked model and tool turns, the final answer apart):
+    rows of the tool loop, which carry their `conversation`."""
+    return turns is not None and any("conversation" in f for f in score_fields or [])
 
 
 def agent_generate(engine: RolloutEngine, tokenizer, prompt_token_ids: list[list[int]], sampling: SamplingParams,

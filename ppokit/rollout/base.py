@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -63,6 +63,12 @@ class RolloutOutput:
     between them; `loss_mask[j][t]` is 1 on the model's tokens and 0 on tool results (None: all the
     model's), `turns[j]` its segments in order ({"role": "assistant"|"tool", "text", "start", "end",
     "calls": [...]}, token offsets into response_ids[j]).
+
+    What the one rollout (`ppokit.rollout.agent_loop.rollout`) adds for scoring, so that nothing after it asks
+    whether a row was single- or multi-turn: `answers[j]` the final answer (the last model turn, special tokens
+    dropped), `score_fields[j]` extra fields reward functions may name (a multi-turn row's `conversation`),
+    `rollout_rewards` name -> per-row reward terms the rollout itself earned (the tools' step rewards) and
+    `stats` the rollout's own metrics (tools/*, turns/*). Engines leave them empty.
     """
 
     prompt_index: list[int]
@@ -71,6 +77,10 @@ class RolloutOutput:
     logprobs: list[list[float]] | None = None
     loss_mask: list[list[int]] | None = None
     turns: list[list[dict]] | None = None
+    answers: list[str] | None = None
+    score_fields: list[dict] | None = None
+    rollout_rewards: dict[str, list[float]] = field(default_factory=dict)
+    stats: dict[str, float] = field(default_factory=dict)
 
     @property
     def num_truncated(self) -> int:

@@ -72,10 +72,10 @@ def args_section(args: dict | None, info: dict | None) -> str:
 
 
 def _algorithm(args: dict) -> str:
+    from ppokit.algorithms import ALGORITHMS
+
     name = str(args.get("rl_algorithm") or "?")
-    label = {"ppo": "PPO", "grpo": "GRPO", "drgrpo": "Dr.GRPO", "dapo": "DAPO", "rloo": "RLOO",
-             "reinforce_plus_plus": "REINFORCE++"}.get(name, name)
-    return label + (" (actor + critic)" if name == "ppo" else "")
+    return ALGORITHMS[name].label if name in ALGORITHMS else name  # the algorithm table's report label
 
 
 def _rewards(args: dict) -> str:

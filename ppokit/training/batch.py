@@ -14,6 +14,10 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
+from ppokit.rollout.agent_loop import final_answer, final_answers, one_turn
+
+__all__ = ["RolloutBatch", "build_batch", "concat_batches", "fill_in", "final_answer"]
+
 
 @dataclass
 class RolloutBatch:
@@ -40,7 +44,10 @@ class RolloutBatch:
     stats: dict[str, float] = field(default_factory=dict)  # rollout/reward facts for logging
     temperature: float = 1.0  # sampling temperature of the rollout; log-probs are taken at the same one
     loss_mask: torch.Tensor | None = None  # (B, R) float32: 1 on the policy's own tokens; None -> response_mask
-    turns: list[list[dict]] | None = None  # multi-turn only: per sequence its segments (see rollout.agent_loop)
+    turns: list[list[dict]] | None = None  # per sequence its segments (one model turn in a single-turn rollout)
+    score_fields: list[dict] | None = None  # per sequence, extra fields its reward functions see (conversation)
+    rollout_rewards: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B,) earned in the rollout
+    policy_version: torch.Tensor | None = None  # (B,) int64: updates done when the weights that generated it synced
 
     def __post_init__(self):
         if self.loss_mask is None:
@@ -90,7 +97,7 @@ class RolloutBatch:
                 picked[f.name] = value.index_select(0, idx)
             elif isinstance(value, list):
                 picked[f.name] = [value[i] for i in idx.tolist()]
-            elif isinstance(value, dict) and f.name == "reward_terms":
+            elif isinstance(value, dict) and f.name in ("reward_terms", "rollout_rewards"):
                 picked[f.name] = {k: v.index_select(0, idx) for k, v in value.items()}
         return replace(self, **picked)
 
@@ -132,12 +139,18 @@ def build_batch(
     group_offset: int = 0,
     loss_masks: list[list[int]] | None = None,
     turns: list[list[dict]] | None = None,
+    answers: list[str] | None = None,
+    score_fields: list[dict] | None = None,
+    rollout_rewards: dict[str, list[float]] | None = None,
+    policy_version: int = 0,
 ) -> RolloutBatch:
-    """Assemble a RolloutBatch from per-prompt token ids and the engine's per-response output.
+    """Assemble a RolloutBatch from per-prompt token ids and the rollout's per-response output.
 
     prompt_index[j] names the prompt (index into records/prompt_ids) that response j answers; its
     group id is `group_offset + prompt_index[j]`. loss_masks[j] (len(response_ids[j])): 1 on the model's
-    tokens, 0 on tool results (multi-turn); None: every response token is the model's.
+    tokens, 0 on tool results (multi-turn); None: every response token is the model's. turns / answers /
+    score_fields / rollout_rewards as `ppokit.rollout.agent_loop.rollout` gives them; turns None: one model turn
+    per row. response_texts are the final answers (the last model turn), what reward functions score.
     """
     pad = tokenizer.pad_token_id
     P = max(len(prompt_ids[i]) for i in prompt_index)
@@ -160,9 +173,10 @@ def build_batch(
                 loss_mask[j, : len(resp)] = torch.tensor(loss_masks[j], dtype=torch.float32)
             if logprobs is not None:
                 logprobs[j, : len(resp)] = torch.tensor(rollout_logprobs[j][: len(resp)])
-    texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True)
-    if turns is not None:  # multi-turn: the answer is the last model turn (the whole exchange is in `turns`)
-        texts = [final_answer(ids, t, tokenizer) for ids, t in zip(response_ids, turns)]
+    if turns is None:
+        turns = [[one_turn(ids, tokenizer)] for ids in response_ids]
+    texts = answers if answers is not None else final_answers(response_ids, turns, tokenizer)
+    extra = {k: torch.tensor(v, dtype=torch.float32) for k, v in (rollout_rewards or {}).items()}
     return RolloutBatch(
         records=[records[i] for i in prompt_index],
         group_ids=torch.tensor([group_offset + i for i in prompt_index], dtype=torch.long),
@@ -176,6 +190,9 @@ def build_batch(
         rollout_logprobs=logprobs,
         loss_mask=loss_mask,
         turns=turns,
+        score_fields=score_fields if score_fields is not None else [{} for _ in response_ids],
+        rollout_rewards=extra,
+        policy_version=torch.full((B,), policy_version, dtype=torch.long),
     )
 
 
@@ -207,12 +224,7 @@ def concat_batches(batches: list[RolloutBatch], tokenizer) -> RolloutBatch:
             merged[f.name] = torch.cat(vals, 0)
         elif isinstance(vals[0], list):
             merged[f.name] = [x for v in vals for x in v]
-        elif f.name == "reward_terms" and vals[0]:
+        elif f.name in ("reward_terms", "rollout_rewards") and vals[0]:
             merged[f.name] = {k: torch.cat([v[k] for v in vals]) for k in vals[0]}
     return replace(wide[0], **merged)
 
-
-def final_answer(ids: list[int], turns: list[dict], tokenizer) -> str:
-    """The text of the last model turn of a multi-turn response (special tokens dropped)."""
-    last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
-    return "" if last is None else tokenizer.decode(ids[last["start"]:last["end"]], skip_special_tokens=True)

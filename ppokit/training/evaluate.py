@@ -9,7 +9,6 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 
 from ppokit.args import ConfigError
-from ppokit.rewards import compute_rewards
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -100,32 +99,74 @@ def eval_records(state, args) -> list[dict]:
     return records
 
 
+def eval_chunks(n_records: int, per_call: int, rank: int, world: int, balanced: bool) -> list[tuple[int, bool]]:
+    """(start, keep) of the generation calls this rank makes: chunk c of the eval set goes to rank c % world, so
+    every chunk is generated exactly as one rank would (same prompts, same per-call seed). `balanced` (a
+    tensor-parallel rollout, whose generate is a collective of its group): every rank makes as many calls, a rank
+    short of chunks repeating one whose results it drops (keep False)."""
+    starts = list(range(0, n_records, per_call))
+    mine = [(s, True) for s in starts[rank::world]]
+    if balanced:
+        rounds = -(-len(starts) // world)
+        mine += [(starts[0], False)] * (rounds - len(mine))
+    return mine
+
+
+def judge_batch(state, batch, start: int, chunk: list[dict], samples: list | None) -> list[tuple[str, tuple]]:
+    """[(task, (rewards, corrects, answers)) per prompt of the chunk]: the rows scored by training's rule
+    (`phases.rewards_of`: final answers, the conversation, the tools' step rewards), then judged."""
+    from ppokit.training.phases import rewards_of
+
+    rewards, _ = rewards_of(state, batch)
+    out = []
+    for i in range(len(chunk)):
+        idx = [j for j in range(len(batch)) if int(batch.group_ids[j]) == start + i]
+        judged = [judge(batch.records[j], batch.response_texts[j], float(rewards[j])) for j in idx]
+        out.append((chunk[i].get("task") or "all",
+                    ([float(rewards[j]) for j in idx], [c for c, _ in judged], [a for _, a in judged])))
+        if samples is not None:
+            samples.extend(eval_sample(batch, j, float(rewards[j]), c, a) for j, (c, a) in zip(idx, judged))
+    return out
+
+
 def generate_and_judge(state, args, records: list[dict], samples: list | None = None) -> dict[str, list]:
     """{task: [(rewards, corrects, answers) per prompt]} for `eval_rollout_n` responses per record.
 
     Sampling is seeded from `seed` per generation call (`SamplingParams.seed`), so an evaluation is
     repeatable and leaves the training rollouts exactly as they would be without it. `samples`, when
-    given, collects (prompt, response, reward, correct) rows.
+    given, collects (prompt, response, reward, correct) rows. With several data-parallel ranks each generates
+    its share of the calls (`eval_chunks`) and the results are gathered in the eval set's order, so the metrics
+    equal one rank's (a collective: every rank calls it).
     """
+    from ppokit.engine import world_size
     from ppokit.training.phases import generate, sampling_params
 
     per_call = max(1, args.per_device_eval_batch_size)
     n = max(1, args.eval_rollout_n)
     sampling = sampling_params(args, n=n, temperature=args.eval_temperature)
-    groups: dict[str, list] = defaultdict(list)
-    for start in range(0, len(records), per_call):
+    world = world_size()
+    done = []  # (start, [(task, group)], samples)
+    for start, keep in eval_chunks(len(records), per_call, getattr(getattr(state, "dist", None), "rank", 0), world,
+                                   balanced=getattr(args, "tensor_parallel_degree", 1) > 1):
         chunk = records[start : start + per_call]
         # a per-call seed: the engine samples from its own stream, the training RNG is left alone
         batch = generate(state, chunk, replace(sampling, seed=args.seed + start), group_offset=start)
-        rewards, _ = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts, batch.records)
-        for i in range(len(chunk)):
-            idx = [j for j in range(len(batch)) if int(batch.group_ids[j]) == start + i]
-            judged = [judge(batch.records[j], batch.response_texts[j], float(rewards[j])) for j in idx]
-            groups[chunk[i].get("task") or "all"].append(
-                ([float(rewards[j]) for j in idx], [c for c, _ in judged], [a for _, a in judged])
-            )
-            if samples is not None:
-                samples.extend(eval_sample(batch, j, float(rewards[j]), c, a) for j, (c, a) in zip(idx, judged))
+        rows = [] if samples is not None else None
+        judged = judge_batch(state, batch, start, chunk, rows)
+        if keep:
+            done.append((start, judged, rows))
+    if world > 1:
+        import torch.distributed as dist
+
+        gathered: list = [None] * world
+        dist.all_gather_object(gathered, done)
+        done = sorted((d for part in gathered for d in part), key=lambda d: d[0])
+    groups: dict[str, list] = defaultdict(list)
+    for _, judged, rows in done:
+        for task, group in judged:
+            groups[task].append(group)
+        if samples is not None:
+            samples.extend(rows)
     return groups
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from ppokit.args import ConfigError
+from ppokit.args.run_plan import cadence_of
 
 logger = logging.getLogger("ppokit")
 
@@ -30,30 +31,21 @@ def progress_view(session, total: int):
     return ConsoleProgress(total=total, disable=quiet, bar=bar)
 
 
-def should(every: int | None, step: int) -> bool:
-    return bool(every) and every > 0 and step % every == 0
-
-
 def eval_due(args, step: int, new_epoch: bool) -> bool:
-    """`evaluation_strategy` "steps": every `eval_steps` steps; "epoch": when the prompts enter a new epoch."""
-    if not args.do_eval or args.evaluation_strategy == "no":
-        return False
-    return new_epoch if args.evaluation_strategy == "epoch" else should(args.eval_steps, step)
+    """`evaluation_strategy` "steps": every `eval_steps` steps; "epoch": when the prompts enter a new epoch
+    (the run plan's rule, `ppokit.args.run_plan.cadence_of`)."""
+    return cadence_of(args, "eval").due(step, new_epoch)
 
 
 def log_due(args, step: int, new_epoch: bool) -> bool:
     """`logging_strategy` "steps": the console summary every `logging_steps`; "epoch": when the prompts enter a
     new epoch; "no": never (metrics.jsonl and VisualDL still get every step)."""
-    if args.logging_strategy == "epoch":
-        return new_epoch
-    return args.logging_strategy == "steps" and should(args.logging_steps, step)
+    return cadence_of(args, "log").due(step, new_epoch)
 
 
 def save_due(args, step: int, new_epoch: bool) -> bool:
     """`save_strategy` "steps": every `save_steps` steps; "epoch": when the prompts enter a new epoch."""
-    if args.save_strategy == "epoch":
-        return new_epoch
-    return args.save_strategy == "steps" and should(args.save_steps, step)
+    return cadence_of(args, "save").due(step, new_epoch)
 
 
 def check_eval_data(session) -> None:
@@ -72,7 +64,7 @@ def train_loop(session) -> list[dict]:
     from ppokit.tracking.console import say, summary_for
 
     started = time.perf_counter()
-    args = session.args
+    args, plan = session.args, session.state.run
     total = total_steps(session)
     check_eval_data(session)
     progress = progress_view(session, total)
@@ -84,15 +76,15 @@ def train_loop(session) -> list[dict]:
             session.between_steps()  # a SIGTERM checkpoints and stops here
             step = session.global_step
             new_epoch = session.state.loader.epoch != epoch
-            if eval_due(args, step, new_epoch):
+            if plan.due("eval", step, args, new_epoch):
                 metrics.update(session.evaluate())
                 session.history[-1].update(metrics)
                 evaluated_at = step
             epoch = session.state.loader.epoch
             progress.update(step, metrics)
-            if log_due(args, step, new_epoch) and session.state.dist.rank == 0 and hasattr(progress, "write"):
+            if plan.due("log", step, args, new_epoch) and session.state.dist.rank == 0 and hasattr(progress, "write"):
                 progress.write("ppokit: " + format_summary(step, metrics, total=total))  # the console, not the live view
-            if save_due(args, step, new_epoch) and step < total:
+            if plan.due("save", step, args, new_epoch) and step < total:
                 session.save()
         if args.do_eval and session.state.eval_records and evaluated_at != session.global_step:
             final = session.evaluate()

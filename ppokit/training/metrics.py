@@ -171,16 +171,16 @@ def batch_metrics(batch: RolloutBatch) -> dict[str, float]:
 
 def sample_rows(batch: RolloutBatch, limit: int = 4) -> list[dict]:
     """A few (prompt, response, reward, advantage) rows for VisualDL text and samples.jsonl."""
-    rows = []
+    from ppokit.rollout.agent_loop import is_exchange, turns_text
+
+    rows, exchange = [], is_exchange(batch.turns, batch.score_fields)
     for i in range(min(limit, len(batch))):
         row = {"question": question_text(batch.records[i], batch.prompt_texts[i]), "prompt": batch.prompt_texts[i],
                "response": batch.response_texts[i], "reward": float(batch.scores[i])}
         if batch.advantages is not None:
             row["advantage"] = float(batch.advantages[i][batch.loss_mask[i] > 0][:1].sum())
         row.update({f"reward/{k}": float(v[i]) for k, v in batch.reward_terms.items()})
-        if batch.turns is not None:  # multi-turn: the final answer, the marked exchange and its segments
-            from ppokit.rollout.agent_loop import turns_text
-
+        if exchange:  # a view: the final answer, the marked exchange and its segments
             row["answer"], row["response"] = row["response"], turns_text(batch.turns[i])
             row["turns"] = [{"role": t["role"], "text": t["text"]} for t in batch.turns[i]]
         rows.append(row)

@@ -1,9 +1,12 @@
-"""The step's phases, each a function from values to values: rollout, score, advantages, update.
+"""The step's phases, each a function from values to values.
 
-    batch = rollout(state, args)                 # prompts, responses, reference/old log-probs, values
-    batch = score(state, args, batch)            # + scores, reward_terms
-    batch = advantages(state, args, batch)       # + token_rewards, advantages, returns
-    metrics = update(state, args, batch)         # optimizer steps; the batch is not changed
+    batch = rollout(state, args)                    # draw prompts, generate (the one rollout; policy_version)
+    batch = score(state, args, batch)               # + scores, reward_terms (the one scoring rule)
+    batch = dynamic_sampling(state, args, batch)    # DAPO: drop flat groups, draw more until full (off: unchanged)
+    -- produce above, consume below: the seam an asynchronous trainer puts its queue in --
+    batch = with_logprobs(state, args, batch)       # reference/old log-probs, values under the trainer's weights
+    batch = advantages(state, args, batch)          # + token_rewards, advantages, returns
+    metrics = update(state, args, batch)            # optimizer steps and the rollout weight sync
 
 Each returns a new `RolloutBatch` (the one it was given is left as it was) and raises a clear error when
 its predecessor has not run; the order is decided in `Session.step` alone. `state` holds the models and
@@ -20,7 +23,7 @@ import torch
 
 from ppokit.algos.advantages import overlong_penalty, zero_std_groups
 from ppokit.args import ConfigError
-from ppokit.rewards import RewardServerError, compute_rewards, skipped_groups
+from ppokit.rewards import RewardServerError, score_responses, skipped_groups
 from ppokit.rollout import SamplingParams
 from ppokit.training.actor import actor_update
 from ppokit.training.advantage import with_advantages
@@ -49,29 +52,23 @@ def sampling_params(args, n: int | None = None, temperature: float | None = None
 
 
 def generate(state, records: list[dict], sampling: SamplingParams, group_offset: int) -> RolloutBatch:
-    """Generate `sampling.n` responses for each record (already encoded) and assemble the batch."""
+    """Generate `sampling.n` responses for each record (already encoded) through the one rollout
+    (`rollout.agent_loop.rollout`: single-turn is its one-turn, no-tool case) and assemble the batch."""
+    from ppokit.data.verl_rows import row_is_multi_turn, tools_kwargs_of
+    from ppokit.rollout.agent_loop import rollout as run_rollout
+
     prompt_ids = [r["_prompt_ids"] for r in records]
     texts = [r["_prompt_text"] for r in records]
-    agent = getattr(state, "agent", None)
-    if agent is not None:  # multi-turn: the agent loop drives the engine, tool results get loss_mask 0
-        from ppokit.data.verl_rows import row_is_multi_turn, tools_kwargs_of
-        from ppokit.rollout.agent_loop import agent_generate
-
-        out = agent_generate(state.rollout_engine, state.policy.tokenizer, prompt_ids, sampling, agent,
-                             [row_is_multi_turn(r) for r in records], [tools_kwargs_of(r) for r in records])
-    else:
-        out = state.rollout_engine.generate(prompt_ids, sampling)
+    out = run_rollout(state.rollout_engine, state.policy.tokenizer, prompt_ids, sampling, getattr(state, "agent", None),
+                      [row_is_multi_turn(r) for r in records], [tools_kwargs_of(r) for r in records])
     batch = build_batch(
         records, prompt_ids, texts, out.prompt_index, out.response_ids, out.finish_reasons,
         state.policy.tokenizer, rollout_logprobs=out.logprobs, group_offset=group_offset,
-        loss_masks=out.loss_mask, turns=out.turns,
+        loss_masks=out.loss_mask, turns=out.turns, answers=out.answers, score_fields=out.score_fields,
+        rollout_rewards=out.rollout_rewards, policy_version=getattr(state, "updates_done", 0),
     )
-    stats = batch.stats
-    if out.turns is not None:
-        from ppokit.rollout.agent_loop import tool_metrics
-
-        stats = {**stats, **tool_metrics(out.turns)}
-    return replace(batch, temperature=sampling.temperature if sampling.temperature > 0 else 1.0, stats=stats)
+    return replace(batch, temperature=sampling.temperature if sampling.temperature > 0 else 1.0,
+                   stats={**batch.stats, **out.stats})
 
 
 def draw_local_prompts(state) -> tuple[list[dict], int]:
@@ -85,28 +82,35 @@ def draw_local_prompts(state) -> tuple[list[dict], int]:
 
 
 def rollout(state, args) -> RolloutBatch:
-    """Draw prompts, generate, and attach the log-probs / values the later phases need.
-
-    With `dynamic_sampling` the batch comes back already scored (groups were kept by their rewards).
-    """
+    """Draw the step's prompts and generate; no log-probs, no scores (`with_logprobs`, `score` follow)."""
     started = time.perf_counter()
     sync_live(state, args)
     threads = fit_threads(state, "rollout")
-    if args.dynamic_sampling:
-        batch = dynamic_sampling_rollout(state, args)
-    else:
-        records, offset = draw_local_prompts(state)
-        batch = generate(state, records, sampling_params(args), offset)
-    batch = replace(batch, stats={**batch.stats, **threads, "timing/rollout_s": time.perf_counter() - started})
-    return with_logprobs(state, args, batch)
+    records, offset = draw_local_prompts(state)
+    batch = generate(state, records, sampling_params(args), offset)
+    return replace(batch, stats={**batch.stats, **threads, "timing/rollout_s": time.perf_counter() - started})
 
 
-def dynamic_sampling_rollout(state, args) -> RolloutBatch:
-    """DAPO: keep generating until the step has enough groups whose rewards are not all equal."""
+def dynamic_sampling(state, args, batch: RolloutBatch) -> RolloutBatch:
+    """DAPO's filter (a phase after `score`; the batch unchanged when `dynamic_sampling` is off): drop the groups
+    whose rewards are all equal, then draw, generate and score more prompts until the step has
+    `prompts_per_rank` groups; the extra rounds' time counts in timing/rollout_s. Counts: groups/dropped_zero_std,
+    groups/gen_rounds. A collective per round (every rank draws as often, so the loaders stay in step)."""
+    if not args.dynamic_sampling:
+        return batch
+    started = time.perf_counter()
     need = state.plan.prompts_per_rank
     kept: list[RolloutBatch] = []
-    have, dropped, rounds = 0, 0, 0
-    while all_ranks_min(have) < need:  # every rank draws as often, so the loaders stay in step
+    have, dropped, rounds, part = 0, 0, 1, batch
+    while True:
+        flat = zero_std_groups(part.scores, part.group_ids)
+        keep = ~torch.isin(part.group_ids, flat)
+        dropped += len(flat)
+        if keep.any():
+            kept.append(part.select(keep.nonzero().squeeze(1)))
+            have += len(torch.unique(kept[-1].group_ids))
+        if all_ranks_min(have) >= need:
+            break
         rounds += 1
         if args.max_gen_batches > 0 and rounds > args.max_gen_batches:
             raise ConfigError(
@@ -114,23 +118,19 @@ def dynamic_sampling_rollout(state, args) -> RolloutBatch:
                 "prompt groups had rewards that differ; raise max_gen_batches, make the task easier/harder, "
                 "or turn dynamic_sampling off"
             )
-        records, offset = draw_local_prompts(state)
-        part = score(state, args, generate(state, records, sampling_params(args), offset))
-        flat = zero_std_groups(part.scores, part.group_ids)
-        keep = ~torch.isin(part.group_ids, flat)
-        dropped += len(flat)
-        if keep.any():
-            kept.append(part.select(keep.nonzero().squeeze(1)))
-            have += len(torch.unique(kept[-1].group_ids))
-    batch = concat_batches(kept, state.policy.tokenizer)
-    groups = torch.unique_consecutive(batch.group_ids)[:need]
-    batch = batch.select(torch.isin(batch.group_ids, groups).nonzero().squeeze(1))
-    return replace(batch, stats={**batch.stats, "groups/dropped_zero_std": float(dropped),
-                                 "groups/gen_rounds": float(rounds)})
+        part = score(state, args, rollout(state, args))
+    out = concat_batches(kept, state.policy.tokenizer)
+    groups = torch.unique_consecutive(out.group_ids)[:need]
+    out = out.select(torch.isin(out.group_ids, groups).nonzero().squeeze(1))
+    spent = batch.stats.get("timing/rollout_s", 0.0) + time.perf_counter() - started
+    return replace(out, stats={**out.stats, "timing/rollout_s": spent, "groups/dropped_zero_std": float(dropped),
+                               "groups/gen_rounds": float(rounds)})
 
 
 def with_logprobs(state, args, batch: RolloutBatch) -> RolloutBatch:
-    """Reference log-probs (KL), old log-probs (several updates per rollout, or KL in reward), values (PPO)."""
+    """Reference log-probs (KL), old log-probs (several updates per rollout, or KL in reward), values (PPO), all
+    under the trainer's weights now (the consuming half of the step: an asynchronous batch gets them from the
+    weights it trains, its producer's own log-probs are `rollout_logprobs`)."""
     policy, mbs = state.policy, state.logprob_batch_size
     found: dict = {}
     started = time.perf_counter()
@@ -148,6 +148,13 @@ def with_logprobs(state, args, batch: RolloutBatch) -> RolloutBatch:
     return replace(batch, **found, stats=stats)
 
 
+def rewards_of(state, batch: RolloutBatch):
+    """(total, per_fn) of the batch's rows by the one scoring rule (`ppokit.rewards.score_responses`), the rule
+    evaluation uses too: final answers, the rollout's extra fields and its own reward terms."""
+    return score_responses(state.reward_fns, batch.prompt_texts, batch.response_texts, batch.records,
+                           batch.score_fields, batch.rollout_rewards)
+
+
 def score(state, args, batch: RolloutBatch) -> RolloutBatch:
     """The batch with scores (B,): combined rewards, DAPO overlong shaping, clipping, normalisation.
 
@@ -155,11 +162,7 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
     ranks are kept at one batch size (`drop_failed_groups`).
     """
     started = time.perf_counter()
-    total, per_fn = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts,
-                                    with_conversation(batch))
-    if batch.turns is not None:  # multi-turn: the tools' step rewards (verl's execute / calc_reward) join the score
-        per_fn["tool_step"] = tool_step_rewards(batch.turns)
-        total = total + per_fn["tool_step"]
+    total, per_fn = rewards_of(state, batch)
     balanced = 0
     # a collective under skip_group, which every rank takes (NaN rewards come only from skip_group's reward sources)
     if args.reward_on_error == "skip_group" or torch.isnan(total).any():
@@ -240,19 +243,6 @@ def update(state, args, batch: RolloutBatch) -> dict[str, float]:
     return metrics
 
 
-__all__ = ["rollout", "score", "advantages", "update", "sampling_params", "generate"]
+__all__ = ["rollout", "score", "dynamic_sampling", "with_logprobs", "advantages", "update", "sampling_params",
+           "generate", "rewards_of"]
 
-
-def with_conversation(batch: RolloutBatch) -> list[dict]:
-    """The records reward functions see: multi-turn rows also carry `conversation` (the response's segments in
-    order: {"role": "assistant"|"tool", "text", "calls"}), a keyword a reward function may name; the
-    `responses` they get are the final answers (the last model turn)."""
-    if batch.turns is None:
-        return batch.records
-    return [{**r, "fields": {**(r.get("fields") or {}), "conversation": t}} for r, t in zip(batch.records, batch.turns)]
-
-
-def tool_step_rewards(turns: list[list[dict]]) -> torch.Tensor:
-    """(B,) per row: the sum of its calls' step rewards plus the tools' final calc_reward."""
-    return torch.tensor([sum(c.get("reward", 0.0) for t in row for c in t.get("calls", [])) +
-                         (row[-1].get("tool_reward", 0.0) if row else 0.0) for row in turns], dtype=torch.float32)

@@ -24,8 +24,6 @@ HOST_SIDE = {
     ("ppokit/training/packing.py", "pack_by_prompt"):
         "packing loops over Python ints on host copies of the rows; the packed rows are moved to the input's device "
         "at the end (one transfer, not one per column)",
-    ("ppokit/training/phases.py", "tool_step_rewards"):
-        "the tools' step rewards join the scores, which are computed on the host like every reward",
     ("ppokit/training/ptx.py", "ptx_tensors"):
         "built from token lists on the host; ptx_nll moves them with to_model_device",
 }
