@@ -52,7 +52,9 @@ class Session:
         args = self.args
         reward = next((h["reward/mean"] for h in reversed(self.history) if "reward/mean" in h), None)
         last = "no step yet" if reward is None else f"last reward/mean={reward:.3g}"
-        return (f"Session(model={args.actor_model_name_or_path!r}, algorithm={args.rl_algorithm!r}, "
+        agent = getattr(self.state, "agent", None)
+        tools = f"tools={list(agent.tools)}, " if agent is not None else ""
+        return (f"Session(model={args.actor_model_name_or_path!r}, algorithm={args.rl_algorithm!r}, {tools}"
                 f"step={self.global_step}/{total_steps(self)}, output_dir={args.output_dir!r}, {last})")
 
     @classmethod

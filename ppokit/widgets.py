@@ -5,7 +5,7 @@
 
 Every view leaves a static output that renders with no JavaScript and no network (a saved notebook
 reopened, `jupyter nbconvert --to html`, GitHub): the table is a `BatchTable` (HTML in a notebook, text
-in a terminal) whose live sort controls give way to the static table when the next cell runs, and the
+in a terminal) shown as its own static output, with live sort controls above it that close when the next cell runs, and the
 live view is replaced by a static HTML snapshot (progress, status, SVG charts) when training finishes. Outside Jupyter `s.train()` uses
 the console progress bar (`ppokit.tracking`).
 """
@@ -167,17 +167,17 @@ def rows_text(rows: list[dict], sort_by: str | None = None, descending: bool = T
 class BatchTable:
     """A rollout as a table: HTML in a notebook (`_repr_html_`), text when printed. `.sort(by)` re-orders.
 
-    Displayed in Jupyter with ipywidgets, it is one output: "sort by" controls above the table, which
-    redraw it in place. When the next cell runs, that output becomes the static HTML table (sorted as it was
-    last shown) and the controls close, so a saved, reopened or exported notebook shows a clean table and no
-    dead controls; run the cell again (or `table.sort(...)`) to sort it once more.
+    Displayed in Jupyter with ipywidgets, it is two outputs: "sort by" controls, then the table as plain HTML,
+    which the controls redraw in place. The table needs no widget, so a saved, reopened or exported notebook
+    shows it wherever the cell stands; when the next cell runs the controls close (they would be dead in a
+    saved notebook); run the cell again (or `table.sort(...)`) to sort it once more.
     """
 
     def __init__(self, rows: list[dict], sort_by: str | None = "reward", descending: bool = True):
         self.rows = rows
         self.sort_by = sort_by if rows and sort_by in rows[0] else None
         self.descending = descending
-        self.controls = self.handle = None
+        self.controls = self.handle = self.controls_handle = None
 
     def sort(self, by: str = "reward", descending: bool = True) -> BatchTable:
         """The same rows sorted by another numeric column (e.g. "advantage", "length", "reward/rule")."""
@@ -204,17 +204,27 @@ class BatchTable:
         if not (in_notebook() and have_ipywidgets()):
             display(self.static_bundle(), raw=True)
             return
+        # Two outputs: the controls (a widget) and the table (plain HTML, redrawn in place by the controls).
+        # The table never depends on a widget, so it is in the saved notebook wherever the cell stands,
+        # the last cell included (where no next cell comes to freeze it).
         self.controls = sort_controls(self)
-        self.handle = display({**self.controls._repr_mimebundle_(), **self.static_bundle()}, raw=True,
-                              display_id=True)
+        bundle = {**self.controls._repr_mimebundle_(), "text/plain": "(sort controls: run the cell to use them)"}
+        self.controls_handle = display(bundle, raw=True, display_id=True)
+        self.handle = display(self.static_bundle(), raw=True, display_id=True)
         freeze_before_next_cell(self)
 
-    def freeze(self) -> None:
-        """Replace the live output by the static table and close the controls (they are not saved)."""
+    def redraw(self) -> None:
+        """Show the table again as it is sorted now (the controls call this)."""
         if self.handle is not None:
             self.handle.update(self.static_bundle(), raw=True)
+
+    def freeze(self) -> None:
+        """Close the controls (they are not saved) and leave the static table as it was last sorted."""
+        self.redraw()
+        if getattr(self, "controls_handle", None) is not None:
+            self.controls_handle.update({"text/plain": ""}, raw=True)
         if self.controls is not None:
-            for widget in (self.controls.sort, self.controls.order, self.controls.table, self.controls):
+            for widget in (self.controls.sort, self.controls.order, self.controls):
                 widget.close()
         self.controls = None
 
@@ -235,7 +245,7 @@ def freeze_before_next_cell(table: BatchTable) -> None:
 
 
 def sort_controls(table: BatchTable):
-    """One widget: "sort by" and order controls over the table's HTML, which they redraw in place."""
+    """One widget: "sort by" and order controls; a change redraws the table's own (static HTML) output."""
     import ipywidgets as w
 
     numeric = numeric_columns(table.rows)
@@ -243,17 +253,15 @@ def sort_controls(table: BatchTable):
                       description="sort by", layout=w.Layout(width="16em"))
     order = w.ToggleButtons(options=["descending", "ascending"], value="descending" if table.descending
                             else "ascending", style={"button_width": "7em"})
-    shown = w.HTML(table._repr_html_())
 
     def redraw(_=None):
         table.sort_by, table.descending = sort.value, order.value == "descending"
-        shown.value = table._repr_html_()
+        table.redraw()
 
     sort.observe(redraw, names="value")
     order.observe(redraw, names="value")
-    row = w.HBox([sort, order], layout=w.Layout(flex_flow="row nowrap", align_items="center"))
-    box = w.VBox([row, shown])
-    box.sort, box.order, box.table = sort, order, shown  # for code that inspects the view
+    box = w.HBox([sort, order], layout=w.Layout(flex_flow="row nowrap", align_items="center"))
+    box.sort, box.order = sort, order  # for code that inspects the view
     return box
 
 

@@ -41,6 +41,24 @@ def derived_section(args: Arguments, world_size: int) -> dict[str, Any]:
     else:
         out = run_plan(args, plan, batches).to_dict()
     out["max_steps_counts"] = "rollout steps"
+    if args.multi_turn:
+        out["tools"] = offered_tools(args)
+    return out
+
+
+def offered_tools(args: Arguments) -> dict[str, str] | str:
+    """{tool name: "name(params): description"} of what a multi_turn run offers the model, or why none loads."""
+    from ppokit.tools.declare import load_tools
+
+    try:
+        tools = load_tools(args.tools, args.tool_config_path)
+    except Exception as exc:  # noqa: BLE001 - --print_config lists the problem; the run itself stops on it
+        return f"the run would stop here: {exc}"
+    out = {}
+    for name, tool in tools.items():
+        fn = tool.schema.get("function", {})
+        params = ", ".join(fn.get("parameters", {}).get("properties", {}))
+        out[name] = f"{name}({params}): {fn.get('description', '').strip()}".rstrip(": ")
     return out
 
 

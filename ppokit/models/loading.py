@@ -152,8 +152,12 @@ def convert_gguf(gguf_path: str | os.PathLike) -> str:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is readable like any model folder
     try:
-        log.info("converting %s into %s (once; dequantising to float32)", gguf_path, target)
-        _write_hf_folder(gguf_path, tmp)
+        from ppokit.tracking.console import stage
+
+        # One line with its duration: transformers' own per-tensor bar becomes one long line in a log file.
+        with stage(f"converting {gguf_path.name} into {target} (once; dequantising to float32)"), \
+                _no_gguf_tensor_bar():
+            _write_hf_folder(gguf_path, tmp)
         (tmp / "ppokit_source.json").write_text(
             json.dumps({"gguf": str(gguf_path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
         )
@@ -165,6 +169,25 @@ def convert_gguf(gguf_path: str | os.PathLike) -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
+
+
+@contextlib.contextmanager
+def _no_gguf_tensor_bar():
+    """transformers' GGUF reader wraps its tensors in tqdm unconditionally: hand it the plain list for a while."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        yield
+        return
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    gguf_utils.tqdm = lambda iterable, *args, **kwargs: iterable
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
 
 
 def _write_hf_folder(gguf_path: Path, out: Path) -> None:

@@ -239,14 +239,36 @@ def run_summary(history: list[dict], output_dir: str | Path, wall_s: float, *, l
         names = ", ".join(p.name for p in checkpoints)
         lines.append(f"checkpoints: {names} in {out}/ (--resume_from_checkpoint auto continues the newest)")
     nxt = []
+    python = command_path("python")
     if visualdl and logging_dir:  # VisualDL opens on the first listed tab; unlisted, the order is a set's
-        nxt.append(f"visualdl --logdir {logging_dir} --component_tabs {' '.join(VISUALDL_TABS)}")
-    nxt.append(f"python -m ppokit.tracking.report {out}")
+        nxt.append(f"{command_path('visualdl')} --logdir {logging_dir} --component_tabs {' '.join(VISUALDL_TABS)}")
+    nxt.append(f"{python} -m ppokit.tracking.report {out}")
     if saved_model and (out / "config.json").exists():
-        nxt.append(f"python -m ppokit.eval --model {out} --data {eval_data or 'TEST.jsonl'} --n 4")
+        nxt.append(f"{python} -m ppokit.eval --model {out} --data {eval_data or 'TEST.jsonl'} --n 4")
     lines.append("next:")
     lines += [f"    {command}" for command in nxt]
     return "\n".join(lines)
+
+
+def command_path(name: str) -> str:
+    """How to type `name` so that it is this environment's: the bare name when the shell finds this
+    interpreter's own copy first (an activated venv), else its path (`.venv/bin/visualdl` after `make run`)."""
+    import shutil
+
+    here = Path(sys.executable).parent
+    own = here / name
+    if name == "python" and not own.exists():
+        own = Path(sys.executable)
+    found = shutil.which(name)
+    if found and Path(found).parent.absolute() == here.absolute():
+        return name
+    if not own.exists():
+        return name
+    try:  # a path with a slash runs as typed from here: .venv/bin/visualdl
+        relative = own.absolute().relative_to(Path.cwd().absolute())
+    except ValueError:
+        return str(own.absolute())
+    return str(relative) if "/" in str(relative) else f"./{relative}"
 
 
 def _step_of(name: str) -> int:

@@ -35,19 +35,24 @@ def _g(value: float) -> str:
     return f"{value:.3g}"
 
 
+AFTER_STEP = ("timing/eval_s", "timing/save_s")  # work between steps: named on its own, not in s/step
+
+
 def step_seconds(metrics: dict[str, Any]) -> float | None:
     """Seconds the step took: ``timing/step_s`` when logged, else the sum of the ``timing/*_s`` phases."""
     total = _number(metrics, ("timing/step_s",))
     if total is not None:
         return total
-    phases = [_number(metrics, (k,)) for k in metrics if k.startswith("timing/") and k.endswith("_s")]
+    phases = [_number(metrics, (k,)) for k in metrics
+              if k.startswith("timing/") and k.endswith("_s") and k not in AFTER_STEP]
     phases = [p for p in phases if p is not None]
     return sum(phases) if phases else None
 
 
 def format_summary(step: int, metrics: dict[str, Any], total: int | None = None) -> str:
     """A one-line summary, e.g. ``step 12/40 | reward 0.62±0.31 | len 41.2 | kl 0.003 | 12.4s/step | 310 tok/s |
-    mem 1.41 GB`` (memory: the GPU's peak allocation, else the process's resident memory).
+    mem 1.41 GB`` (memory: the GPU's peak allocation, else the process's resident memory); a step followed by an
+    evaluation adds ``+ evaluation 63.0s`` (and a save ``+ save 12.1s`` where the loop records one).
 
     Metrics that were not logged (or are NaN) are left out rather than shown as zero.
     """
@@ -63,6 +68,10 @@ def format_summary(step: int, metrics: dict[str, Any], total: int | None = None)
     seconds = step_seconds(metrics)
     if seconds is not None:
         parts.append(f"{seconds:.1f}s/step")
+    for label, key in (("evaluation", "timing/eval_s"), ("save", "timing/save_s")):
+        extra = _number(metrics, (key,))
+        if extra is not None:  # done after the step, outside its s/step: named, so a slow step is explained
+            parts.append(f"+ {label} {extra:.1f}s")
     tokens = _number(metrics, ("throughput/tokens_per_s",))
     if tokens is not None:
         parts.append(f"{tokens:.0f} tok/s")

@@ -148,3 +148,16 @@ def test_module_explain_subprocess():
     assert result.returncode == 0 and "counted optimizer steps" in result.stdout
     result = run("-m", "ppokit.args", "explain", "rolout_n")
     assert result.returncode == 2 and "did you mean rollout_n?" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_print_config_of_a_tool_run_names_its_tools():
+    code = ("import runpy, sys\n"
+            "sys.argv = ['run_ppo.py', 'config/grpo_tools_argument.json', '--print_config']\n"
+            "try:\n    runpy.run_path('run_ppo.py', run_name='__main__')\n"
+            "except SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+            "heavy = [m for m in ('torch', 'transformers', 'deepspeed') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    result = run("-c", code)
+    assert result.returncode == 0, result.stderr
+    tools = json.loads(result.stdout)["derived"]["tools"]
+    assert list(tools) == ["multiply"] and tools["multiply"].startswith("multiply(a, b): ")

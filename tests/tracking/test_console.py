@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -76,9 +77,10 @@ def test_run_summary_names_the_steps_it_compares(tmp_path):
     assert lines[1] == "reward 0 (mean of steps 1–10) → 1 (steps 16–25)"  # hand-computed windows
     assert lines[2] == "eval accuracy 0.87 at step 10 → 1.00 at step 25"
     assert "checkpoint-10, checkpoint-20" in text and f"final model: {tmp_path}/" in text
-    assert lines[-3:] == ["    visualdl --logdir vdl_log --component_tabs scalar text hyper_parameters",
-                          f"    python -m ppokit.tracking.report {tmp_path}",
-                          f"    python -m ppokit.eval --model {tmp_path} --data data/arithmetic/test.jsonl --n 4"]
+    visualdl, python = console.command_path("visualdl"), console.command_path("python")
+    assert lines[-3:] == [f"    {visualdl} --logdir vdl_log --component_tabs scalar text hyper_parameters",
+                          f"    {python} -m ppokit.tracking.report {tmp_path}",
+                          f"    {python} -m ppokit.eval --model {tmp_path} --data data/arithmetic/test.jsonl --n 4"]
 
 
 def test_run_summary_of_one_eval_and_of_two_steps(tmp_path):
@@ -134,7 +136,14 @@ def test_cli_console_from_start_to_end(tiny_config):
     rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
     assert summary[1] == f"ppokit: reward {rewards[0]:.3g} at step 1 → {rewards[1]:.3g} at step 2"  # the file's
     assert any(line.startswith("ppokit: checkpoints: checkpoint-2 in ") for line in summary)  # save_total_limit: 1
-    assert summary[-2:][0].strip().startswith("ppokit:     python -m ppokit.tracking.report")
+    report = summary[-2:][0].removeprefix("ppokit:").strip()
+    assert " -m ppokit.tracking.report " in report
+    # the command runs as printed, from where the run was started, with a PATH that lacks this venv
+    env = {**os.environ, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    made = subprocess.run(shlex.split(report), cwd=tiny_config.parent, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert (tiny_config.parent / "out" / "report.html").is_file()
     assert all(r["memory/rss_gb"] > 0 for r in rows if "reward/mean" in r)  # memory is logged, not only shown
 
 
@@ -149,3 +158,22 @@ def test_plain_python_train_with_disable_tqdm_prints_the_step_lines_and_the_summ
     steps = [line for line in lines if "ppokit: step" in line]
     assert len(steps) == 2 and all(STEP_LINE.match(line) for line in steps), done.stderr[-2000:]
     assert "ppokit: done: 2 steps in" in done.stderr
+
+
+def test_next_commands_name_the_venv_that_is_not_on_the_path(tmp_path, monkeypatch):
+    """After `make run` the tools live in .venv/bin, which the shell does not search: the path is printed."""
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("python", "visualdl"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setattr(console.sys, "executable", str(bin_dir / "python"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert console.command_path("visualdl") == ".venv/bin/visualdl"
+    assert console.command_path("python") == ".venv/bin/python"
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")  # an activated venv: the plain names run the same
+    assert console.command_path("visualdl") == "visualdl" and console.command_path("python") == "python"
+    monkeypatch.chdir("/")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert console.command_path("visualdl") == str(bin_dir / "visualdl")

@@ -112,7 +112,7 @@ def test_outside_a_notebook_the_table_prints_as_text(batch, monkeypatch):
     assert "<table" in table._repr_html_()  # a notebook without ipywidgets renders it as HTML
 
 
-def test_in_a_notebook_one_output_holds_the_controls_and_becomes_the_static_table(batch, monkeypatch, displayed):
+def test_in_a_notebook_the_table_is_its_own_static_output_under_the_controls(batch, monkeypatch, displayed):
     pytest.importorskip("ipywidgets")
     monkeypatch.setattr(widgets, "in_notebook", lambda: True)
     events = []
@@ -121,22 +121,24 @@ def test_in_a_notebook_one_output_holds_the_controls_and_becomes_the_static_tabl
     monkeypatch.setattr("IPython.get_ipython", lambda: shell)
     table = widgets.show_batch(batch)
     table._ipython_display_()
-    (live,) = displayed  # one output: the widget, with the static table as its fallback
-    assert "application/vnd.jupyter.widget-view+json" in live and "<table" in live["text/html"]
-    assert order_in(live["text/html"], [">7<", "&lt;b&gt;8"]) == [">7<", "&lt;b&gt;8"]
+    controls_output, shown = displayed  # the controls (a widget), then the table: plain HTML, no widget needed
+    assert "application/vnd.jupyter.widget-view+json" in controls_output and "<table" not in str(controls_output)
+    assert set(shown) == {"text/html", "text/plain"} and "<table" in shown["text/html"]
+    assert order_in(shown["text/html"], [">7<", "&lt;b&gt;8"]) == [">7<", "&lt;b&gt;8"]
     controls = table.controls
     assert controls.sort.value == "reward" and "length" in controls.sort.options
     assert "#" not in controls.sort.options and "group" not in controls.sort.options
-    controls.sort.value = "length"
-    assert order_in(controls.table.value, [LONG[:40], "&lt;b&gt;8", ">nine<", ">7<"])[0] == LONG[:40]
+    controls.sort.value = "length"  # redraws the table's own output in place
+    assert order_in(table.handle.objects[-1]["text/html"], [LONG[:40], "&lt;b&gt;8", ">nine<", ">7<"])[0] == LONG[:40]
     controls.order.value = "ascending"
-    assert order_in(controls.table.value, [LONG[:40], ">7<"]) == [">7<", LONG[:40]]
+    assert order_in(table.handle.objects[-1]["text/html"], [LONG[:40], ">7<"]) == [">7<", LONG[:40]]
     [(name, freeze)] = events
     assert name == "pre_run_cell"
-    freeze(None)  # the next cell starts: the output becomes the table as last sorted, the controls close
+    freeze(None)  # the next cell starts: the controls close and their output empties; the table stays as sorted
     final = table.handle.objects[-1]
     assert set(final) == {"text/html", "text/plain"} and order_in(final["text/html"], [LONG[:40], ">7<"]) == \
         [">7<", LONG[:40]]
+    assert table.controls_handle.objects[-1] == {"text/plain": ""}
     assert controls.sort.comm is None and table.controls is None and events == []  # closed: not saved
 
 
