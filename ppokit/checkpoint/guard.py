@@ -48,7 +48,9 @@ def read_state(path: Path, state_file: str) -> dict:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise DamagedCheckpointError(f"{file} cannot be read as JSON ({exc}); the checkpoint is damaged: "
                                      "resume from an older checkpoint-<step> or with 'auto'") from None
-    missing = [k for k in ("global_step", "args", "loader") if not isinstance(state, dict) or k not in state]
+    missing = [k for k in ("global_step", "args") if not isinstance(state, dict) or k not in state]
+    if isinstance(state, dict) and "parts" not in state and "loader" not in state:  # format 2 / format 1
+        missing.append("parts")
     if missing:
         raise DamagedCheckpointError(f"{file} lacks {', '.join(missing)}; the checkpoint is damaged: resume from "
                                      "an older checkpoint-<step> or with 'auto'")
