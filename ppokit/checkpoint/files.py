@@ -120,11 +120,14 @@ def last_checkpoint_name(root: Path) -> str | None:
     return str(found[-1]) if found else None
 
 
-def size_note(path: Path, args) -> str:
-    """What makes a checkpoint big, e.g. "2.1 GB: actor 0.5 GB (HF weights), actor_ds 1.6 GB (weights + Adam)"."""
+def size_note(path: Path, args, short: bool = False) -> str:
+    """What makes a checkpoint big, e.g. "2.1 GB: actor 0.5 GB (HF weights), actor_ds 1.6 GB (weights + Adam)";
+    `short`: only the size (every save after the first)."""
     def gb(p: Path) -> float:
         return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 1e9 if p.exists() else 0.0
 
+    if short:
+        return f"{gb(path):.2g} GB"
     what = {"actor": "HF weights", "actor_ds": "DeepSpeed weights + optimizer state", "critic": "HF weights",
             "critic_ds": "DeepSpeed weights + optimizer state"}
     parts = [f"{name} {gb(path / name):.2g} GB ({kind})" for name, kind in what.items() if (path / name).exists()]

@@ -21,6 +21,8 @@ from ppokit.checkpoint.files import (
 from ppokit.checkpoint.guard import (
     DamagedCheckpointError,
     abandon_newer,
+    check_same_sizes,
+    missing_optimizer_state,
     optimizer_settings,
     read_state,
     readable_on_every_rank,
@@ -118,6 +120,9 @@ def load_actor(session, path: Path, saved: dict) -> None:
     st = session.state
     schedules = saved.get("schedules") or {}
     engine = st.policy.engine
+    check_same_sizes(path, "actor", engine.module, "actor_model_name_or_path", saved["args"])
+    if st.critic is not None:
+        check_same_sizes(path, "critic", st.critic.engine.module, "critic_model_name_or_path", saved["args"])
     if (path / "actor_ds").is_dir():
         wanted = optimizer_settings(engine)  # what the current arguments built; the checkpoint's replace them
         with reading(path / "actor_ds"):
@@ -127,6 +132,7 @@ def load_actor(session, path: Path, saved: dict) -> None:
             raise DamagedCheckpointError(f"DeepSpeed found no state in {path / 'actor_ds'}; the checkpoint is damaged")
         reapply_optimizer_settings(engine, wanted, "actor", announce=is_rank0())
     else:
+        missing_optimizer_state(path, "actor", saved["args"], bool(session.args.force_resume))
         adapter = path / "actor_adapter"
         try:
             load_weights(engine.module, adapter if hasattr(engine.module, "peft_config") else path / "actor")
@@ -134,7 +140,6 @@ def load_actor(session, path: Path, saved: dict) -> None:
             raise CheckpointError(str(exc)) from exc
         refresh_master_weights(engine)
         fast_forward_schedule(engine, schedules.get("actor"))
-        logger.info("%s has no optimizer state (ignore_save_lr_and_optim): Adam's moments start from zero", path)
     if st.critic is not None:
         wanted = optimizer_settings(st.critic.engine)
         with reading(path / ("critic_ds" if (path / "critic_ds").is_dir() else "critic")):

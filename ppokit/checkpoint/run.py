@@ -33,6 +33,7 @@ from ppokit.checkpoint.safety import (
     after_divergence,
     check_finite,
     disk_full,
+    human_bytes,
     is_disk_full,
 )
 from ppokit.checkpoint.save import checkpoint_bytes, save_checkpoint
@@ -171,9 +172,8 @@ def check_output_dir(output_dir: str | Path, need_bytes: int) -> None:
     free = shutil.disk_usage(root).free
     if free < need_bytes:
         raise CheckpointError(
-            f"output_dir {root} has {free / 2**30:.2f} GiB free but a checkpoint needs about "
-            f"{need_bytes / 2**30:.2f} GiB; free space, choose another output_dir, or set "
-            "ignore_save_lr_and_optim / save_strategy no"
+            f"output_dir {root} has {human_bytes(free)} free but a checkpoint needs about {human_bytes(need_bytes)}; "
+            "free space, choose another output_dir, or set ignore_save_lr_and_optim / save_strategy no"
         )
 
 
@@ -197,10 +197,26 @@ def prepare_run(session) -> Path | None:
     spec = args.resume_from_checkpoint
     if spec not in (None, False, ""):
         if not (str(spec).lower() == "auto" and not complete_checkpoints(args.output_dir)):
-            return resume_into(session, spec)
+            path = resume_into(session, spec)
+            check_steps_left(session, path)
+            return path
         logger.warning("resume_from_checkpoint=auto: no checkpoint in %s yet; starting from step 0", args.output_dir)
     start_fresh(session)
     return None
+
+
+def check_steps_left(session, path: Path) -> None:
+    """After a resume: a checkpoint past the run's length is a sentence (not "done" with nothing trained); one at
+    its end is a note (a re-queued job of a finished run ends at once)."""
+    total, step = session.state.run.rollout_steps, session.global_step
+    if step > total:
+        raise CheckpointError(
+            f"{path.name} is at step {step} but this run has {total} steps ({session.state.run.describe()}): there "
+            f"is nothing left to train. Raise max_steps above {step} to continue it, or resume an earlier "
+            "checkpoint-<step> by its path")
+    if step == total and is_rank0():
+        logger.warning("%s is at step %d, the last of this run: nothing is left to train (raise max_steps to "
+                       "continue it)", path.name, step)
 
 
 def interrupted_sentence(output_dir) -> str:

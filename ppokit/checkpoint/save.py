@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import weakref
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ from ppokit.models.folders import save_adapter, save_hf
 
 logger = logging.getLogger("ppokit")
 
+_EXPLAINED: weakref.WeakSet = weakref.WeakSet()  # sessions that were told what their checkpoint holds
 FORMAT_VERSION = 2  # 1: flat keys (before the state protocol), still read
 
 
@@ -102,9 +104,15 @@ def save_checkpoint(session) -> Path:
     except Exception as exc:
         if is_disk_full(exc, root, checkpoint_bytes(session)):
             raise disk_full(final.name, root, checkpoint_bytes(session), tmp) from None
+        if is_rank0():  # a save that failed leaves no partial folder behind, whatever the reason
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     set_rng_state(rng)
-    logger.info("saved %s (%s)", final, size_note(final, args))
+    if session in _EXPLAINED:
+        logger.info("saved %s (%s)", final, size_note(final, args, short=True))
+    else:  # what makes a checkpoint big and how to shrink it: said at the first save only
+        _EXPLAINED.add(session)
+        logger.info("saved %s (%s)", final, size_note(final, args))
     return final
 
 
@@ -134,19 +142,18 @@ def write_checkpoint(session, tmp: Path, final: Path, rng: dict) -> None:
 
 
 def checkpoint_bytes(session) -> int:
-    """About the disk one checkpoint takes: the HF copy, DeepSpeed's module and two Adam moments of the
-    trainable weights (actor and critic); with save_strategy "no", just the final HF model."""
+    """About the disk one checkpoint takes (actor and critic): the HF copy of the weights; unless
+    ignore_save_lr_and_optim, DeepSpeed's copy of the module, Adam's two fp32 moments of the trainable weights and,
+    when the weights are 16-bit, their fp32 master copy; with save_strategy "no", just the final HF model."""
     args, st = session.args, session.state
     engines = [st.policy.engine] + ([st.critic.engine] if st.critic is not None else [])
     total = 0
     for engine in engines:
         params = [(int(getattr(p, "ds_numel", 0) or p.numel()), p) for p in engine.module.parameters()]  # ZeRO-3 too
         weights = sum(n * p.element_size() for n, p in params)
-        trainable = sum(n * 4 for n, p in params if p.requires_grad)
-        if args.save_strategy == "no":
+        optimizer = sum(n * (8 if p.element_size() >= 4 else 12) for n, p in params if p.requires_grad)
+        if args.save_strategy == "no" or args.ignore_save_lr_and_optim:
             total += weights
-        elif args.ignore_save_lr_and_optim:
-            total += weights + trainable
         else:
-            total += 2 * weights + 2 * trainable
+            total += 2 * weights + optimizer
     return total
