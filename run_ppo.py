@@ -9,7 +9,7 @@ from ppokit.errors import PpokitError, exit_with_sentence
 def main() -> None:
     """Parse the arguments (exits on --print_config or a config mistake), then train."""
     args = parse_cli(sys.argv[1:])
-    from ppokit.checkpoint_run import interrupted_sentence
+    from ppokit.checkpoint.run import interrupted_sentence
     from ppokit.session import Session
 
     try:

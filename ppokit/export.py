@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ppokit.checkpoint_safety import disk_full, is_disk_full, nonfinite_names
+from ppokit.checkpoint.safety import disk_full, is_disk_full, nonfinite_names
 from ppokit.errors import PpokitError
 
 logger = logging.getLogger("ppokit")

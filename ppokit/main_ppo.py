@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)  # 143 after SIGTERM's checkpoint
     except KeyboardInterrupt:
-        from ppokit.checkpoint_run import interrupted_sentence
+        from ppokit.checkpoint.run import interrupted_sentence
 
         print(interrupted_sentence(getattr(args, "output_dir", None)), file=sys.stderr)
         return 130

@@ -141,11 +141,15 @@ class Session:
 
     def train(self) -> list[dict]:
         """Step until `max_steps`, with evaluation, checkpoints and progress; returns the metric history."""
-        from ppokit.checkpoint_run import guarded_run
+        from ppokit.checkpoint.run import guarded_run
         from ppokit.training.loop import train_loop
 
-        with guarded_run(self):  # output_dir checks and lock, resume, SIGTERM -> checkpoint, NaN -> a sentence
-            return train_loop(self)
+        with guarded_run(self) as preemption:  # output_dir checks and lock, resume, SIGTERM, NaN -> a sentence
+            self._preemption = preemption
+            try:
+                return train_loop(self)
+            finally:
+                self._preemption = None
 
     def between_steps(self) -> None:
         """Called by train() after each step: a pending SIGTERM writes a checkpoint and stops the run here."""
@@ -178,7 +182,7 @@ class Session:
     def save(self, final: bool = False):
         """Write `output_dir/checkpoint-<step>` atomically; with final=True also the HF model in output_dir."""
         from ppokit.checkpoint import save_checkpoint
-        from ppokit.checkpoint_run import save_final
+        from ppokit.checkpoint.run import save_final
         from ppokit.tracking.console import quiet_hf_progress
 
         path = None
@@ -194,7 +198,7 @@ class Session:
     def resume(cls, output_dir: str, **overrides) -> Session:
         """Rebuild the run saved in `output_dir` (newest complete checkpoint) and continue from it."""
         from ppokit.checkpoint import STATE_FILE, find_checkpoint, resume_into
-        from ppokit.checkpoint_guard import read_state
+        from ppokit.checkpoint.guard import read_state
 
         is_run = not str(output_dir).rstrip("/").split("/")[-1].startswith("checkpoint-")
         path = find_checkpoint("auto", output_dir) if is_run else find_checkpoint(output_dir, output_dir)
@@ -216,7 +220,7 @@ class Session:
     @property
     def tracker(self):
         if self._tracker is None:
-            from ppokit.checkpoint_claim import claim_output_dir
+            from ppokit.checkpoint.claim import claim_output_dir
             from ppokit.tracking import Tracker
 
             # the first write: a live run's folder, or an earlier run's records, are refused (not erased)

@@ -7,18 +7,15 @@ import json
 import pytest
 
 from ppokit.args import Arguments
-from ppokit.checkpoint import (
-    HARMLESS_KEYS,
-    MEANING_KEYS,
+from ppokit.checkpoint.files import (
     STATE_FILE,
     CheckpointError,
-    changed_meaning_keys,
     complete_checkpoints,
     find_checkpoint,
-    is_harmless,
     prune,
     publish,
 )
+from ppokit.checkpoint.resume import HARMLESS_KEYS, MEANING_KEYS, changed_meaning_keys, is_harmless
 
 
 def fake_checkpoint(root, step, complete=True, prefix="checkpoint-"):

@@ -14,8 +14,8 @@ from checkpoint_helpers import metrics_rows, tiny_config
 
 from ppokit.args import load_arguments
 from ppokit.checkpoint import complete_checkpoints
-from ppokit.checkpoint_claim import EarlierRunError
-from ppokit.checkpoint_lock import LOCK_FILE, OutputDirError
+from ppokit.checkpoint.claim import EarlierRunError
+from ppokit.checkpoint.lock import LOCK_FILE, OutputDirError
 from ppokit.session import Session
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from checkpoint_helpers import REPO, child_env, tail, tiny_config, write_config
 
 from ppokit.checkpoint import complete_checkpoints
-from ppokit.checkpoint_lock import LOCK_FILE
+from ppokit.checkpoint.lock import LOCK_FILE
 
 # Call N writes PPOKIT_TEST_MARKER and then takes PPOKIT_TEST_PAUSE seconds, so a test can signal the run
 # while that step's reward is being computed.

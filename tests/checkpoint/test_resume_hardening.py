@@ -11,7 +11,7 @@ from checkpoint_helpers import max_abs_diff
 from test_checkpoint_session import PPO, session, trainable
 
 from ppokit.checkpoint import complete_checkpoints, find_checkpoint
-from ppokit.checkpoint_guard import DamagedCheckpointError
+from ppokit.checkpoint.guard import DamagedCheckpointError
 from ppokit.engine.schedule import make_lr_lambda
 from ppokit.errors import PpokitError
 from ppokit.export import resolve_source

@@ -79,7 +79,7 @@ KILL_MID_SAVE = textwrap.dedent('''
     import os, runpy, signal, sys
     from pathlib import Path
 
-    import ppokit.checkpoint as checkpoint
+    import ppokit.checkpoint.save as checkpoint
 
     flush = checkpoint.fsync_tree
 

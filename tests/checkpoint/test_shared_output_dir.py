@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ppokit import checkpoint_guard
-from ppokit.checkpoint_guard import UnsharedOutputDirError, every_rank_sees
+from ppokit.checkpoint import guard as checkpoint_guard
+from ppokit.checkpoint.guard import UnsharedOutputDirError, every_rank_sees
 from ppokit.errors import PpokitError
 
 

@@ -1,8 +1,9 @@
 """A training run's frame: the output folder's checks and lock, resume, preemption, and the final save.
 
-`guarded_run(session)` (used by `Session.train`) around the loop:
+`guarded_run(session)` (used by `Session.train`, which gets its `Preemption` to check between steps) around the
+loop:
   - refuses an output_dir that is/contains/is inside a model folder the run reads, and takes the run lock
-    (`checkpoint_lock`), held until the run ends;
+    (`ppokit.checkpoint.lock`), held until the run ends;
   - prepares the run (`prepare_run`: writable output_dir with room for a checkpoint, resume);
   - SIGTERM (SLURM, Kubernetes, spot instances) lets the current step finish, then writes a checkpoint
     atomically and stops with `Preempted` (exit 143); a second SIGTERM abandons the step at once (the last
@@ -23,24 +24,19 @@ import signal
 import threading
 from pathlib import Path
 
-from ppokit.checkpoint import (
-    CheckpointError,
-    checkpoint_bytes,
-    complete_checkpoints,
-    is_rank0,
-    last_checkpoint_name,
-    resume_into,
-    save_checkpoint,
-)
-from ppokit.checkpoint_claim import claim_output_dir
-from ppokit.checkpoint_lock import OutputDirError, RunLock, check_not_model_folder
-from ppokit.checkpoint_safety import (
+from ppokit.checkpoint.claim import claim_output_dir
+from ppokit.checkpoint.files import CheckpointError, complete_checkpoints, is_rank0, last_checkpoint_name
+from ppokit.checkpoint.lock import OutputDirError, RunLock, check_not_model_folder
+from ppokit.checkpoint.resume import resume_into
+from ppokit.checkpoint.safety import (
     NonFiniteWeightsError,
     after_divergence,
     check_finite,
     disk_full,
+    human_bytes,
     is_disk_full,
 )
+from ppokit.checkpoint.save import checkpoint_bytes, save_checkpoint
 from ppokit.engine import all_reduce_sum, barrier, world_size
 from ppokit.errors import PpokitError
 from ppokit.models.folders import save_hf
@@ -125,14 +121,12 @@ def guarded_run(session):
     try:
         prepare_run(session)
         preemption.install()
-        session._preemption = preemption
-        yield
+        yield preemption  # Session.train hands it to its between_steps
     except FloatingPointError as exc:
         last = last_checkpoint_name(Path(session.args.output_dir))
         raise NonFiniteWeightsError(f"step {session.global_step + 1} stopped: {exc} The weights may be damaged, "
                                     f"so nothing more is saved; {after_divergence(last)}") from None
     finally:
-        session._preemption = None
         preemption.uninstall()
         if lock is not None:
             lock.release()
@@ -178,16 +172,15 @@ def check_output_dir(output_dir: str | Path, need_bytes: int) -> None:
     free = shutil.disk_usage(root).free
     if free < need_bytes:
         raise CheckpointError(
-            f"output_dir {root} has {free / 2**30:.2f} GiB free but a checkpoint needs about "
-            f"{need_bytes / 2**30:.2f} GiB; free space, choose another output_dir, or set "
-            "ignore_save_lr_and_optim / save_strategy no"
+            f"output_dir {root} has {human_bytes(free)} free but a checkpoint needs about {human_bytes(need_bytes)}; "
+            "free space, choose another output_dir, or set ignore_save_lr_and_optim / save_strategy no"
         )
 
 
 def start_fresh(session) -> None:
     """Step 0 of `train()`: an output_dir holding an earlier run's records or checkpoints stops the run (a later
     `auto` would resume the wrong run, and its metrics would be replaced), unless overwrite_output_dir, which
-    deletes them (see `checkpoint_claim`)."""
+    deletes them (see `ppokit.checkpoint.claim`)."""
     claim_output_dir(session.args, resuming=False, doing="train()")
 
 
@@ -204,10 +197,26 @@ def prepare_run(session) -> Path | None:
     spec = args.resume_from_checkpoint
     if spec not in (None, False, ""):
         if not (str(spec).lower() == "auto" and not complete_checkpoints(args.output_dir)):
-            return resume_into(session, spec)
+            path = resume_into(session, spec)
+            check_steps_left(session, path)
+            return path
         logger.warning("resume_from_checkpoint=auto: no checkpoint in %s yet; starting from step 0", args.output_dir)
     start_fresh(session)
     return None
+
+
+def check_steps_left(session, path: Path) -> None:
+    """After a resume: a checkpoint past the run's length is a sentence (not "done" with nothing trained); one at
+    its end is a note (a re-queued job of a finished run ends at once)."""
+    total, step = session.state.run.rollout_steps, session.global_step
+    if step > total:
+        raise CheckpointError(
+            f"{path.name} is at step {step} but this run has {total} steps ({session.state.run.describe()}): there "
+            f"is nothing left to train. Raise max_steps above {step} to continue it, or resume an earlier "
+            "checkpoint-<step> by its path")
+    if step == total and is_rank0():
+        logger.warning("%s is at step %d, the last of this run: nothing is left to train (raise max_steps to "
+                       "continue it)", path.name, step)
 
 
 def interrupted_sentence(output_dir) -> str:

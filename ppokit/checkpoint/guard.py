@@ -37,6 +37,10 @@ class DamagedCheckpointError(PpokitError):
     """A checkpoint file cannot be read (empty, truncated, not JSON, not a DeepSpeed state)."""
 
 
+class ModelMismatchError(PpokitError):
+    """A checkpoint holds a model of other sizes than the run resuming it (another model, not a damaged file)."""
+
+
 # ------------------------------------------------------------------ reading
 
 
@@ -48,7 +52,9 @@ def read_state(path: Path, state_file: str) -> dict:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise DamagedCheckpointError(f"{file} cannot be read as JSON ({exc}); the checkpoint is damaged: "
                                      "resume from an older checkpoint-<step> or with 'auto'") from None
-    missing = [k for k in ("global_step", "args", "loader") if not isinstance(state, dict) or k not in state]
+    missing = [k for k in ("global_step", "args") if not isinstance(state, dict) or k not in state]
+    if isinstance(state, dict) and "parts" not in state and "loader" not in state:  # format 2 / format 1
+        missing.append("parts")
     if missing:
         raise DamagedCheckpointError(f"{file} lacks {', '.join(missing)}; the checkpoint is damaged: resume from "
                                      "an older checkpoint-<step> or with 'auto'")
@@ -194,3 +200,55 @@ def abandon_newer(output_dir: Path, resumed: Path, newer: list[Path]) -> list[Pa
                    "see only this line of the run", resumed.name, ", ".join(p.name for p in newer), target_dir,
                    ABANDONED_NOTE)
     return moved
+
+
+# ------------------------------------------------------------------ what the checkpoint's models are
+
+
+def saved_shapes(folder: Path) -> dict[str, list[int]]:
+    """{tensor name: shape} of the safetensors files in a HF model folder (headers only, no weights read)."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        with contextlib.suppress(Exception), safe_open(str(file), framework="pt") as fh:  # unreadable: load says so
+            shapes.update({name: list(fh.get_slice(name).get_shape()) for name in fh.keys()})  # noqa: SIM118
+    return shapes
+
+
+def check_same_sizes(path: Path, name: str, module, model_key: str, saved_args: dict) -> None:
+    """Stop with a sentence when `path/name` (the checkpoint's HF copy of a model) has other tensor sizes than
+    `module` (the model this run built): a checkpoint of another model, not a damaged one."""
+    if hasattr(module, "peft_config") or not (path / name).is_dir():
+        return  # LoRA names differ from the merged copy's; a missing folder is reported where it is read
+    saved = saved_shapes(path / name)
+    ours = {key: list(getattr(p, "ds_shape", None) or p.shape) for key, p in module.named_parameters()}
+    differ = [key for key in ours if key in saved and saved[key] != ours[key]]
+    if not differ:
+        return
+    key = differ[0]
+    raise ModelMismatchError(
+        f"{path.name} holds a model of other sizes than this run's {name}: {key} is {saved[key]} in the checkpoint "
+        f"but {ours[key]} here ({len(differ)} of {len(ours)} tensors differ). The checkpoint was made from "
+        f"{model_key} {saved_args.get(model_key)!r}; resume it with that model, or start this one from step 0 in "
+        "another output_dir")
+
+
+def missing_optimizer_state(path: Path, name: str, saved_args: dict, force: bool) -> None:
+    """`path` has no `<name>_ds/` (DeepSpeed's weights, optimizer and LR schedule). Written without it on purpose
+    (ignore_save_lr_and_optim): a note. Otherwise it was deleted or not copied: say what is missing; continuing
+    from the HF copy (Adam's moments restarted) needs force_resume, as it no longer repeats the run exactly."""
+    if saved_args.get("ignore_save_lr_and_optim"):
+        logger.info("%s was saved with ignore_save_lr_and_optim (no optimizer state): the weights come from "
+                    "%s/, Adam's moments start from zero", path, name)
+        return
+    message = (f"{path} has no {name}_ds/ folder (DeepSpeed's weights, optimizer and LR-schedule state), although "
+               f"the run that wrote it saved one (ignore_save_lr_and_optim was not set): it was deleted or not "
+               f"copied with the checkpoint")
+    if not force:
+        raise DamagedCheckpointError(
+            f"{message}. Copy it back, resume an older checkpoint-<step>, or pass --force_resume true to continue "
+            f"from {name}/'s weights with Adam's moments restarted (the steps after it then differ from the "
+            "uninterrupted run)")
+    logger.warning("force_resume: %s; continuing from %s/'s weights with Adam's moments restarted", message, name)
+

@@ -23,7 +23,8 @@ import shutil
 import socket
 from pathlib import Path
 
-from ppokit.checkpoint_lock import LOCK_FILE, OutputDirError, _alive, _read
+from ppokit.checkpoint.files import complete_checkpoints, is_auto
+from ppokit.checkpoint.lock import LOCK_FILE, OutputDirError, _alive, _read
 from ppokit.engine import all_reduce_sum, barrier, rank, world_size
 
 logger = logging.getLogger("ppokit")
@@ -68,8 +69,6 @@ def check_no_live_run(output_dir: str | os.PathLike, doing: str) -> None:
 def earlier_records(output_dir: str | os.PathLike) -> list[str]:
     """What of an earlier run output_dir holds: non-empty metrics/samples files, complete checkpoints, a final
     model. Empty list: nothing a new run would destroy."""
-    from ppokit.checkpoint import complete_checkpoints
-
     root = Path(output_dir)
     if not root.is_dir():
         return []
@@ -121,8 +120,6 @@ def decide(args, resuming: bool, doing: str) -> None:
     found = earlier_records(root)
     if not found:
         return
-    from ppokit.checkpoint import complete_checkpoints, is_auto
-
     if args.overwrite_output_dir:
         delete_earlier_run(root, found, "overwrite_output_dir")
     elif is_auto(args.resume_from_checkpoint) and not complete_checkpoints(root) and not finished(root):

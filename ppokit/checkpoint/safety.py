@@ -77,16 +77,29 @@ def after_divergence(last_good: str | None) -> str:
 # ------------------------------------------------------------------ disk full
 
 
+# torch's zip writer (inline_container.cc) reports a short write without an errno: "file write failed", or
+# "unexpected pos N vs M" when the disk filled up between two records (DeepSpeed's checkpoint files are torch's).
+ZIP_WRITER_FAILURES = ("file write failed", "unexpected pos", "inline_container.cc")
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB', 3.2e9 -> '2.98 GiB': a size that is never shown as 0.00 of a too-large unit."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+
 def is_disk_full(exc: BaseException, where: Path | None = None, need_bytes: int | None = None) -> bool:
     """True when `exc` (or an exception it was raised from, as torch and safetensors chain them) is ENOSPC/EDQUOT,
-    or is torch's bare "file write failed" while `where` has less than `need_bytes` free."""
+    or is a failure of torch's zip writer (no errno) while `where` has less than `need_bytes` free."""
     seen, bare_write_failure = 0, False
     while exc is not None and seen < 10:
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         if "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc):
             return True
-        bare_write_failure |= "file write failed" in str(exc)  # torch's zip writer names no errno
+        bare_write_failure |= any(words in str(exc) for words in ZIP_WRITER_FAILURES)
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     if bare_write_failure and where is not None and need_bytes:
         with contextlib.suppress(OSError):
@@ -111,8 +124,8 @@ def disk_full(what: str, where: Path, need_bytes: int | None, partial: Path | No
         shutil.rmtree(partial, ignore_errors=True)
     free_text = "an unknown amount"
     with contextlib.suppress(OSError):
-        free_text = f"{shutil.disk_usage(where if where.exists() else where.parent).free / 2**30:.2f} GiB"
-    need = f"about {need_bytes / 2**30:.2f} GiB" if need_bytes else f"more than the {written / 2**30:.2f} GiB written"
+        free_text = human_bytes(shutil.disk_usage(where if where.exists() else where.parent).free)
+    need = f"about {human_bytes(need_bytes)}" if need_bytes else f"more than the {human_bytes(written)} written"
     return DiskFullError(
         f"the disk is full: writing {what} in {where} needs {need} and {free_text} is free there; the partial "
         f"folder was removed and nothing was published. {advice}")
