@@ -70,9 +70,11 @@ def train_loop(session) -> list[dict]:
 
     from ppokit.tracking import format_summary
     from ppokit.tracking.console import say, summary_for
+    from ppokit.training.live import follow_taken_steps
 
     started = time.perf_counter()
     args = session.args
+    follow_taken_steps(session)  # phases called by hand before train(): the schedules follow the steps taken
     total = total_steps(session)
     check_eval_data(session)
     progress = progress_view(session, total)
