@@ -181,6 +181,9 @@ class Session:
         saved.update(overrides)
         session = cls(load_arguments(None, overrides=saved))
         resume_into(session, "auto" if is_run else path)  # auto: a damaged newest checkpoint falls back
+        from ppokit.training.live import follow_taken_steps
+
+        follow_taken_steps(session)  # a run with phases called by hand: its schedules as they were when saved
         return session
 
     # ------------------------------------------------------------------ inspection
