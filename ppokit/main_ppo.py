@@ -18,9 +18,11 @@ from typing import Any
 
 from ppokit.args import ConfigError
 from ppokit.args.arguments import Arguments
-from ppokit.args.cli import resolved_config
-from ppokit.args.loader import load_arguments
+from ppokit.args.cli import _ensure_log_handler, resolved_config
+from ppokit.args.loader import _log_notes, load_arguments
 from ppokit.args.verl import VerlTranslation, read_verl_yaml, split_argv, translate_verl, verl_defaults
+from ppokit.args.verl_fit import GPUS_KEY, fit_gpus, in_verl_terms
+from ppokit.args.verl_table import TABLE
 
 USAGE = """usage: python -m ppokit.main_ppo [--config-path DIR --config-name NAME] key=value ... [--print_config]
 
@@ -74,11 +76,18 @@ def parse_main_ppo(argv: list[str]) -> tuple[Arguments, VerlTranslation, dict[st
         base = read_verl_yaml(options.get("config_path") or ".", options.get("config_name") or "ppo_trainer")
     else:
         base = verl_defaults()
+    base, fitted = fit_gpus(base, tokens, TABLE[GPUS_KEY].default)  # verl's default 8 GPUs on a smaller machine
     translation = translate_verl(tokens, base)
+    if fitted:
+        translation.notes.insert(0, fitted)
     values = {k: v for k, v in {**translation.values, **translation.plain}.items() if k not in translation.drop}
-    with _world_size(translation.world_size):
-        args = load_arguments(overrides=values)
+    try:
+        with _world_size(translation.world_size):
+            args = load_arguments(overrides=values)
+    except ConfigError as exc:  # ppokit's keys in the message: say which verl keys set them
+        raise ConfigError(in_verl_terms(str(exc), translation)) from None
     args.notes.extend(translation.notes)
+    _log_notes(translation.notes)  # what --print_config lists is also said when the line trains
     return args, translation, options
 
 
@@ -133,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     if "--help" in argv or "-h" in argv:
         print(USAGE)
         return 0
-    args = None
+    args = translation = None
+    _ensure_log_handler()
     try:
         args, translation, options = parse_main_ppo(argv)
         if options.get("print_config"):
@@ -155,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
 
         Session(args).train()
     except user_errors() as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        text = str(exc) if "In verl's keys:" in str(exc) else in_verl_terms(str(exc), translation)
+        print(f"error: {text}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)  # 143 after SIGTERM's checkpoint
     except KeyboardInterrupt:
         from ppokit.checkpoint.run import interrupted_sentence

@@ -79,16 +79,13 @@ class Session:
 
     def score(self, batch: RolloutBatch) -> torch.Tensor:
         """Rewards for every response (rule functions, reward model or reward server); returns (B,)."""
-        if not isinstance(batch, RolloutBatch):
-            from ppokit.errors import PpokitError
-
-            raise PpokitError(f"score() needs the batch that rollout() returned, got {type(batch).__name__}: "
-                              "batch = s.rollout(); s.score(batch)")
+        _need_batch(batch, "score")
         fill_in(batch, phases.score(self.state, self.args, batch))
         return batch.scores
 
     def compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
         """Advantages per `rl_algorithm` (scoring the batch first if needed); returns (B, R)."""
+        _need_batch(batch, "compute_advantages")
         if batch.scores is None:
             self.score(batch)
         fill_in(batch, phases.advantages(self.state, self.args, batch))
@@ -97,6 +94,7 @@ class Session:
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """`update_iters` passes of actor (and critic) optimizer steps on the batch (its advantages computed
         first if needed); returns the stats."""
+        _need_batch(batch, "update")
         if batch.advantages is None:
             self.compute_advantages(batch)
         return phases.update(self.state, self.args, batch)
@@ -207,6 +205,9 @@ class Session:
         saved.update(overrides)
         session = cls(load_arguments(None, overrides=saved))
         resume_into(session, "auto" if is_run else path)  # auto: a damaged newest checkpoint falls back
+        from ppokit.training.live import follow_taken_steps
+
+        follow_taken_steps(session)  # a run with phases called by hand: its schedules as they were when saved
         return session
 
     # ------------------------------------------------------------------ inspection
@@ -251,3 +252,12 @@ class Session:
             self._tracker.close()
             self._tracker = None
             self.resume_step = self.global_step  # a later step()/evaluate() continues the files, not replaces them
+
+
+def _need_batch(batch, call: str) -> None:
+    """A phase called with something else than rollout()'s batch (None, a list, a dict) is a sentence."""
+    if not isinstance(batch, RolloutBatch):
+        from ppokit.errors import PpokitError
+
+        raise PpokitError(f"{call}() needs the batch that rollout() returned, got {type(batch).__name__}: "
+                          f"batch = s.rollout(); s.{call}(batch)")

@@ -34,7 +34,7 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     if suffix not in (".json", ".yaml", ".yml"):
         raise ConfigError(f"{p}: expected a .json, .yaml or .yml argument file.")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (as Windows editors write one) is not content
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the argument file ({exc.strerror or exc}).") from None
     except UnicodeDecodeError as exc:
@@ -74,6 +74,11 @@ def _parse_json(p: Path, text: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=unique, parse_constant=no_constant)
     except json.JSONDecodeError as exc:
+        from .json_hints import json_habit
+
+        habit = json_habit(text)
+        if habit is not None:
+            raise ConfigError(f"{p}:{habit[0]}:{habit[1]}: invalid JSON: {habit[2]}.") from None
         raise ConfigError(f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}.") from None
 
 

@@ -14,7 +14,7 @@ and becomes decay_steps x optimizer steps per rollout; unset, the schedule decay
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .batch import BatchPlan
@@ -62,6 +62,7 @@ class RunPlan:
     eval_every: str  # "every 10 steps", "each epoch", "never"
     save_every: str
     log_every: str
+    hand_steps: int = 0  # optimizer steps taken outside step() (phases called by hand) before train(): see follow_taken
 
     def __getattr__(self, name: str):
         # The batch plan's fields read through, so `s.plan.prompts_per_step` keeps working.
@@ -87,7 +88,9 @@ class RunPlan:
         else:
             shape = f"{self.rollout_steps} rollout steps (max_steps)"
         per = self.batch.optimizer_steps_per_rollout
-        return (f"{shape}; {self.optimizer_steps} optimizer steps ({per} per rollout step); "
+        hand = (f" + {self.hand_steps} taken by hand (update() outside step()), so the schedule runs that much "
+                "longer" if self.hand_steps else "")
+        return (f"{shape}; {self.optimizer_steps} optimizer steps ({per} per rollout step{hand}); "
                 f"{self.actor_schedule.describe()}")
 
     def lines(self) -> list[str]:
@@ -114,7 +117,7 @@ class RunPlan:
                    total_prompts=self.rollout_steps * self.batch.prompts_per_step,
                    actor_lr_schedule=asdict(self.actor_schedule), critic_lr_schedule=asdict(self.critic_schedule),
                    eval_every=self.eval_every, save_every=self.save_every, log_every=self.log_every,
-                   summary=self.describe())
+                   hand_steps=self.hand_steps, summary=self.describe())
         return out
 
 
@@ -205,3 +208,21 @@ def run_plan(args: Any, batch: BatchPlan, batches_per_epoch: int | None) -> RunP
         actor_schedule=lr_schedule(args, steps * per, per), critic_schedule=lr_schedule(args, steps * per, per, critic=True),
         eval_every=evaluate, save_every=cadence_of(args, "save").describe(),
         log_every=cadence_of(args, "log").describe())
+
+
+def follow_taken(plan: RunPlan, taken: int, global_step: int) -> RunPlan:
+    """The plan whose LR schedules follow the optimizer steps actually taken: `taken` so far (the scheduler's count)
+    plus the planned ones of the rollout steps still to come. Optimizer steps taken outside step() (a notebook's
+    hand-driven rollout/score/update) would otherwise run the schedule out before the last steps (a linear or cosine
+    LR of 0); the schedules grow by as many. Unchanged (the same object) when nothing new was taken by hand."""
+    per = plan.batch.optimizer_steps_per_rollout
+    extra = taken - global_step * per
+    if extra <= plan.hand_steps:
+        return plan
+    grow = extra - plan.hand_steps
+
+    def longer(schedule: LRSchedule) -> LRSchedule:
+        return replace(schedule, total_steps=schedule.total_steps + grow)
+
+    return replace(plan, hand_steps=extra, actor_schedule=longer(plan.actor_schedule),
+                   critic_schedule=longer(plan.critic_schedule))

@@ -223,6 +223,10 @@ def _semantic_notes(cfg: dict[str, Any], given: list[str]) -> list[str]:
     if engine in SUBSTITUTE_ENGINES and "actor_rollout_ref.rollout.name" in given:
         out.append(f"actor_rollout_ref.rollout.name={engine}: ppokit has no {engine} engine; it rolls out "
                    "with vllm (the same sampling; hf when vllm is not installed).")
+    freq = cfg.get("trainer.test_freq")
+    if "data.val_files" in given and "trainer.test_freq" in cfg and str(freq).lstrip("-").isdigit() and int(freq) <= 0:
+        out.append(f"data.val_files is not read: validation runs only when trainer.test_freq > 0 (it is {freq}; "
+                   "ppokit does not validate before training).")
     estimator = cfg.get("algorithm.adv_estimator")
     in_reward = ("gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
     if cfg.get("algorithm.use_kl_in_reward") and estimator is not None and estimator not in in_reward:

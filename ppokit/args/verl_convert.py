@@ -98,6 +98,19 @@ def _paths(value, ctx):
     return ",".join(os.path.expanduser(str(p)) for p in items if p is not None) or None
 
 
+def _val_files(value, ctx):
+    """data.val_files -> eval_datasets, only when validation runs: where the line's whole verl config is known
+    (main_ppo) and trainer.test_freq <= 0, the files are never read (verl's default path need not exist)."""
+    if "trainer.test_freq" in ctx.cfg:
+        try:
+            runs = int(ctx.get("trainer.test_freq") or 0) > 0
+        except (TypeError, ValueError):
+            runs = True  # trainer.test_freq's own converter says what is wrong with it
+        if not runs:
+            return {}
+    return {"eval_datasets": _paths(value, ctx)}
+
+
 def _to(target, fn):
     return lambda value, ctx: {target: fn(value, ctx)}
 

@@ -50,6 +50,7 @@ from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported f
     _to,
     _top_k,
     _unless_null,
+    _val_files,
     _warmup_style,
 )
 from .verl_eras import VERSIONS
@@ -72,8 +73,8 @@ TABLE: dict[str, VerlKey] = {
     "data.tokenizer": K(None, None, "the tokenizer comes from the model folder"),
     "data.train_files": K("~/data/rlhf/gsm8k/train.parquet", "train_datasets", "one path or a list; parquet, jsonl or json",
                           _to("train_datasets", _paths), _if("train_datasets", _none_skip)),
-    "data.val_files": K("~/data/rlhf/gsm8k/test.parquet", "eval_datasets", "evaluated only when trainer.test_freq > 0",
-                        _to("eval_datasets", _paths), _if("eval_datasets", _none_skip)),
+    "data.val_files": K("~/data/rlhf/gsm8k/test.parquet", "eval_datasets", "read and evaluated only when "
+                        "trainer.test_freq > 0", _val_files, _if("eval_datasets", _none_skip)),
     "data.prompt_key": K("prompt", "prompt_key", "a chat-message list or a string under this key"),
     "data.reward_fn_key": K("data_source", None, "the default reward always dispatches on data_source"),
     "data.max_prompt_length": K(512, "max_prompt_len", "with max_response_length also sets max_length (their sum)",

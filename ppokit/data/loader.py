@@ -50,6 +50,9 @@ class PromptLoader:
         self.batches_drawn = 0
         self._order_epoch: int | None = None
         self._order: list[int] = []
+        self.note = repeats_note(len(records), batch_size)
+        if self.note:
+            logger.warning(self.note)
 
     def __len__(self) -> int:
         n, b = len(self.records), self.batch_size
@@ -123,3 +126,14 @@ class PromptLoader:
         self.position = int(state["position"])
         self.batches_drawn = int(state.get("batches_drawn", 0))
         self._order_epoch = None
+
+
+def repeats_note(records: int, batch_size: int) -> str | None:
+    """The sentence for a dataset smaller than one draw: how often every step repeats each record (None when a
+    draw holds no record twice)."""
+    if records >= batch_size:
+        return None
+    low, high = batch_size // records, -(-batch_size // records)
+    times = f"{low} times" if low == high else f"{low} or {high} times"
+    return (f"the training data has {records} prompt(s) but each step draws {batch_size}: every step trains on each "
+            f"prompt {times} (copies, each with its own samples); add prompts or lower global_batch_size to avoid it")

@@ -44,7 +44,7 @@ def _check_row(row, where: str) -> dict:
 
 def _open_text(path: str) -> str:
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:  # a leading byte-order mark is not part of the data
             return fh.read()
     except UnicodeDecodeError as err:
         line = err.object.count(b"\n", 0, err.start) + 1
@@ -62,6 +62,11 @@ def _read_jsonl(path: str, text: str | None = None) -> Iterator[tuple[dict, str]
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
+            from ppokit.args.json_hints import json_habit
+
+            habit = json_habit(line)
+            if habit is not None:
+                raise DataError(f"{where}:{habit[1]}: invalid JSON: {habit[2]}") from err
             raise DataError(f"{where}: invalid JSON: {err.msg} (column {err.colno})") from err
         yield _check_row(row, where), where
 
@@ -73,6 +78,11 @@ def _read_json(path: str) -> list[tuple[dict, str]]:
     except json.JSONDecodeError as err:
         if err.msg == "Extra data":  # JSON lines in a .json file (datasets' "json" loader reads these too)
             return list(_read_jsonl(path, text))
+        from ppokit.args.json_hints import json_habit
+
+        habit = json_habit(text)
+        if habit is not None:
+            raise DataError(f"{path}:{habit[0]}:{habit[1]}: invalid JSON: {habit[2]}") from err
         raise DataError(f"{path}:{err.lineno}: invalid JSON: {err.msg} (column {err.colno})") from err
     if isinstance(data, dict) and isinstance(data.get("tasks"), list):
         raise DataError(

@@ -123,11 +123,16 @@ def _suggest(key: str, known) -> str:
 def _read_task_config(path: str) -> dict:
     if not os.path.isfile(path):
         raise DataError(f"task config not found: {path}")
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:  # a leading byte-order mark is not part of the file
         text = fh.read()
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
+        from ppokit.args.json_hints import json_habit
+
+        habit = json_habit(text)
+        if habit is not None:
+            raise DataError(f"{path}:{habit[0]}:{habit[1]}: invalid JSON: {habit[2]}") from err
         raise DataError(f"{path}:{err.lineno}: invalid JSON: {err.msg} (column {err.colno})") from err
     if isinstance(data, list):
         data = {"tasks": data}

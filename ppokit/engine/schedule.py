@@ -98,3 +98,12 @@ def _annealing(kind: str, lr: float, min_lr: float, warmup: int, decay_steps: in
         return absolute(step) / lr if lr > 0 else 0.0
 
     return multiplier
+
+
+def retarget(scheduler, spec: dict) -> None:
+    """Make a `LambdaLR` follow the schedule `spec` (keyword arguments of `make_lr_lambda`, `lr` included) from its
+    current step on; the optimizer's param groups take the new value for the next update."""
+    fn = make_lr_lambda(**spec)
+    scheduler.lr_lambdas = [fn] * len(scheduler.optimizer.param_groups)
+    for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
+        group["lr"] = base * fn(scheduler.last_epoch)

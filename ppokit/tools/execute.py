@@ -143,19 +143,15 @@ class ToolRuntime:
             logger.warning("releasing the tool instances took longer than %g s; they were left", self.timeout)
         finally:
             if self._thread.is_alive():
+                try:  # on the loop's own thread: the caller's thread may run a loop of its own (Jupyter)
+                    self.run(_cancel_others(), deadline=2.0)
+                except (TimeoutError, RuntimeError):
+                    pass
                 self.loop.call_soon_threadsafe(self.loop.stop)
                 self._thread.join(timeout=1.0)
             if not self._thread.is_alive():
-                self._cancel_leftovers()
+                self.loop.close()
         return out
-
-    def _cancel_leftovers(self) -> None:
-        tasks = asyncio.all_tasks(self.loop)
-        for task in tasks:
-            task.cancel()
-        if tasks:  # let them see their cancellation, so none is destroyed pending
-            self.loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
-        self.loop.close()
 
     async def _release_all(self, rewards: bool) -> dict[int, float]:
         async def one(row: int, name: str, instance) -> tuple[int, float]:
@@ -172,6 +168,15 @@ class ToolRuntime:
         for row, value in done:
             out[row] = out.get(row, 0.0) + value
         return out
+
+
+async def _cancel_others() -> None:
+    """Cancel every other task of the running loop and let them see it, so none is destroyed pending."""
+    tasks = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=1.0)
 
 
 async def _bounded(coroutine, timeout: float):

@@ -33,6 +33,27 @@ def set_base_lr(engine, lr: float) -> None:
         group["lr"] = lr * fn(scheduler.last_epoch)
 
 
+def follow_taken_steps(session) -> None:
+    """Where hand-driven phases meet `train()`: the LR schedules follow the optimizer steps actually taken
+    (`ppokit.args.run_plan.follow_taken`), so train()'s steps never run on a schedule that has already ended."""
+    from ppokit.args.run_plan import follow_taken
+    from ppokit.engine.schedule import retarget
+
+    state = session.state
+    scheduler = getattr(state.policy.engine, "lr_scheduler", None)
+    if scheduler is None or not hasattr(scheduler, "lr_lambdas"):
+        return
+    plan = follow_taken(state.run, scheduler.last_epoch, session.global_step)
+    if plan is state.run:
+        return
+    state.run = session.plan = plan
+    retarget(scheduler, plan.actor_schedule.spec())
+    critic = getattr(getattr(state.critic, "engine", None), "lr_scheduler", None)
+    if critic is not None and hasattr(critic, "lr_lambdas"):
+        retarget(critic, plan.critic_schedule.spec())
+    logger.info("the run plan follows the optimizer steps taken by hand: %s", plan.describe())
+
+
 def sync_kl_controller(state, args) -> None:
     """kl_coeff (and, for the adaptive controller, target_kl / kl_horizon) assigned since the controller was
     built become its value and target; the controller's own adaptation continues from there."""

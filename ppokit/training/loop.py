@@ -62,8 +62,10 @@ def train_loop(session) -> list[dict]:
 
     from ppokit.tracking import format_summary
     from ppokit.tracking.console import say, summary_for
+    from ppokit.training.live import follow_taken_steps
 
     started = time.perf_counter()
+    follow_taken_steps(session)  # phases called by hand before train(): the schedules follow the steps taken
     args, plan = session.args, session.state.run
     total = total_steps(session)
     check_eval_data(session)

@@ -115,7 +115,7 @@ def test_spec_errors(spec, message):
         (
             "bad.jsonl",
             '{"src": "ok"}\n{"src": "oops",}\n',
-            "{path}:2: invalid JSON: Expecting property name enclosed in double quotes (column 16)",
+            "{path}:2:15: invalid JSON: a trailing comma before '}}' is not JSON (remove the comma)",
         ),
         ("bad.json", '[\n {"src": "a"},\n {"src": \n]', "{path}:4: invalid JSON: Expecting value (column 1)"),
         (

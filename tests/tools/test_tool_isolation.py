@@ -70,6 +70,17 @@ def test_exit_and_interrupt_inside_a_tool_become_error_texts_and_are_counted():
     assert "tool_reward" not in out.turns[2][-1] or out.turns[2][-1]["tool_reward"] == 0.0
 
 
+def test_tools_run_when_the_callers_thread_runs_an_event_loop():
+    """Jupyter's main thread runs a loop: tools still run, and the rollout's cleanup does not touch that loop."""
+    import asyncio
+
+    async def inside_a_loop():
+        return _generate([[CALL.format("exits", '{"x": 1}'), "ok<EOS>"]], {"exits": function_tool(exits)})
+
+    out = asyncio.run(inside_a_loop())
+    assert "SystemExit 3" in out.turns[0][1]["text"] and out.finish_reasons == ["stop"]
+
+
 RELEASE = threading.Event()
 
 
