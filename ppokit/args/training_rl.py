@@ -58,7 +58,8 @@ class RLTrainingArguments(BaseModel):
         -1, description="Sequences per critic value forward pass; <=0 -> per_device_train_batch_size.")
     rollout_max_num_seqs: int = Field(
         8, ge=1, description="vLLM engine: max sequences decoded at once per tensor-parallel group (vLLM's "
-        "max_num_seqs); raise it (e.g. 256) for throughput when memory allows. No effect on the hf engine.")
+        "max_num_seqs). Unset: 256, vLLM's own default (PaddleNLP's 8 leaves a GPU idle); set, as given. No effect "
+        "on the hf engine.")
     rollout_tensor_parallel_degree: int = Field(
         -1, description="vLLM engine: tensor-parallel size (GPUs per rollout engine; it must divide the GPUs per "
         "node); each group of that many consecutive ranks generates its ranks' prompts together. "

@@ -76,13 +76,18 @@ def partitioned(module) -> bool:
     return any(hasattr(p, "ds_id") for p in module.parameters())
 
 
-def writable(module):
-    """A context in which `module`'s (possibly ZeRO-3 partitioned) weights can be overwritten (rank 0's win)."""
-    if not partitioned(module):
+def adapter_params(module) -> list:
+    """The parameters a peft adapter folder holds (LoRA matrices, `modules_to_save` copies), not the frozen base."""
+    return [p for name, p in module.named_parameters() if "lora_" in name or "modules_to_save" in name]
+
+
+def writable(params: list):
+    """A context in which these (possibly ZeRO-3 partitioned) parameters can be overwritten (rank 0's win)."""
+    if not any(hasattr(p, "ds_id") for p in params):
         return contextlib.nullcontext()
     import deepspeed
 
-    return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0)
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=0)
 
 
 @torch.no_grad()
@@ -114,10 +119,11 @@ def load_state_by_module(module, state: dict[str, torch.Tensor]) -> tuple[list[s
 
 
 def save_adapter(module, out: Path) -> None:
-    """The LoRA adapters (peft layout); collective under ZeRO-3, rank 0 writes."""
-    from ppokit.models.weights import gathered
+    """The LoRA adapters (peft layout); collective under ZeRO-3 (only the adapters are gathered, they are small;
+    the frozen base is not: it would be the whole model on every GPU), rank 0 writes."""
+    from ppokit.models.weights import gathered_params
 
-    with gathered(module):
+    with gathered_params(adapter_params(module)):
         if rank() == 0:
             module.save_pretrained(str(out), safe_serialization=True)
 
@@ -135,7 +141,7 @@ def load_weights(module, folder: Path) -> None:
     if hasattr(module, "peft_config"):
         from peft import set_peft_model_state_dict
 
-        with writable(module):  # adapters are small: gathered at once
+        with writable(adapter_params(module)):  # adapters are small: gathered at once, the base is not
             result = set_peft_model_state_dict(module, state)
         if result.unexpected_keys:
             raise WeightsError(f"{folder}: adapter weights {result.unexpected_keys[:5]} do not fit this model")

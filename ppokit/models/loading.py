@@ -277,10 +277,11 @@ def dtype_for(bf16: bool, fp16: bool, device) -> tuple[torch.dtype, torch.dtype]
     """PaddleNLP's bf16/fp16 switches → (param_dtype, compute_dtype).
 
     - neither: (float32, float32).
-    - bf16: (float32, bfloat16): weights and optimizer state stay float32 (master weights, also in
-      DeepSpeed, whose own bf16 mode is left off), forwards run under `torch.autocast(bfloat16)`.
-      The actor, the reference and old log-probs then use the same compute path, so KL is exactly 0
-      at step 0. Measured on the 2-core CPU with SmolLM2-135M: forward+backward of 8x128 tokens
+    - bf16: (float32, bfloat16): weights and optimizer state stay float32 (DeepSpeed's bf16 section is left
+      off), forwards run under `torch.autocast(bfloat16)`: inside the DeepSpeed engine through its config's
+      `torch_autocast` section, around plain modules from outside (`training/forward.compute_context`;
+      docs/performance.md, "One precision path"). The actor, the reference and old log-probs then use the same
+      compute path on every device, so KL is exactly 0 at step 0. Measured on the 2-core CPU with SmolLM2-135M: forward+backward of 8x128 tokens
       5.6 s float32 vs 3.5 s autocast-bf16; generation 8 prompts x 8 samples x 64 tokens 21.3 s
       float32, 16.1 s with a bf16 copy of the weights, 13.8 s autocast-bf16 (the rollout default).
     - fp16 on CUDA: (float16, float16): DeepSpeed's fp16 mode (fp16 weights, float32 master copy in

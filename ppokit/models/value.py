@@ -111,8 +111,13 @@ def load_value_state(model: ValueModel, folder: str | os.PathLike) -> None:
         raise FileNotFoundError(f"{folder} holds no {HEAD_FILE}; it was not written by save_value_model.")
     dtype = next(model.backbone.parameters()).dtype
     saved = AutoModel.from_pretrained(str(folder), dtype=dtype)
-    model.backbone.load_state_dict(saved.state_dict())
-    model.value_head.load_state_dict(load_file(str(folder / HEAD_FILE)))
+    from ppokit.models.folders import load_state_by_module  # ZeRO-3: written module by module, never whole
+
+    for part, state in ((model.backbone, saved.state_dict()), (model.value_head, load_file(str(folder / HEAD_FILE)))):
+        missing, unexpected = load_state_by_module(part, state)
+        if missing or unexpected:
+            raise ValueError(f"{folder}: the saved critic does not fit this model (missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}); resume with the same critic model")
 
 
 def _saved_head(path: str, hidden: int) -> dict[str, torch.Tensor] | None:

@@ -3,7 +3,8 @@
 Used to hand the actor to a rollout engine (vLLM `load_weights`, the hf engine's low-precision
 copy) and to start a critic from the actor. A peft LoRA model contributes its base weights with the
 active adapters merged in (W + scaling·B·A, computed aside: the model is not modified); a ZeRO-3
-model is gathered first (`gathered`).
+model is gathered one module at a time (`hf_state_by_module`), never whole: docs/scaling.md promises that no GPU
+holds the full weights of a ZeRO-3 model (`gathered`, the whole model at once, is for tests and small models).
 """
 
 from __future__ import annotations
@@ -144,12 +145,15 @@ def plain_copy(model, dtype: torch.dtype, auto_class: str = "AutoModelForCausalL
 @torch.no_grad()
 def load_hf_state(target, model, prefix: str = "") -> None:
     """Copy `model`'s weights (see `hf_state`; names starting with `prefix`, prefix stripped) into
-    the parameters and buffers of `target`, casting to their dtype. Every tensor must match."""
+    the parameters and buffers of `target`, casting to their dtype. Every tensor must match.
+
+    Under ZeRO-3 `model` is gathered one module at a time (collective: every rank calls it), so the extra memory is
+    one module's weights on top of the shard, not the model."""
     tensors = dict(target.named_parameters(remove_duplicate=False))
     tensors.update(dict(target.named_buffers(remove_duplicate=False)))
     seen = set()
-    with gathered(model):
-        for name, tensor in hf_state(model):
+    for pairs in hf_state_by_module(model):
+        for name, tensor in pairs:
             if not name.startswith(prefix):
                 continue
             name = name[len(prefix) :]

@@ -76,7 +76,7 @@ def vllm_engine_kwargs(args, model_path: str, layout: TPLayout, compute_dtype: t
         tensor_parallel_size=layout.tp,
         distributed_executor_backend="external_launcher",
         gpu_memory_utilization=float(args.gpu_memory_utilization),
-        max_num_seqs=int(args.rollout_max_num_seqs),
+        max_num_seqs=max_num_seqs(args),
         max_model_len=int(args.max_prompt_len) + int(args.max_dec_len),
         dtype=VLLM_DTYPES[compute_dtype],
         seed=int(args.seed) + layout.dp_rank,  # one seed per TP group: its ranks must sample alike
@@ -85,6 +85,19 @@ def vllm_engine_kwargs(args, model_path: str, layout: TPLayout, compute_dtype: t
         logprobs_mode="processed_logprobs",  # log-probs after temperature, as the trainer computes them
         disable_custom_all_reduce=True,  # as verl's colocated engines: NCCL all-reduce only
     )
+
+
+UNSET_MAX_NUM_SEQS = 256  # vLLM's own default
+
+
+def max_num_seqs(args) -> int:
+    """vLLM's `max_num_seqs`: `rollout_max_num_seqs` when the arguments set it, else vLLM's own default 256.
+    PaddleNLP's schema default (8) stays the key's default, but decoding 8 sequences at a time leaves most of a GPU
+    idle (each step reads all the weights for 8 tokens); with rollout_n samples of each prompt there are many more
+    to decode at once."""
+    if "rollout_max_num_seqs" in getattr(args, "model_fields_set", {"rollout_max_num_seqs"}):
+        return int(args.rollout_max_num_seqs)
+    return UNSET_MAX_NUM_SEQS
 
 
 def vllm_sampling_kwargs(sampling: SamplingParams, stop_token_ids: list[int], logprobs: bool = False) -> dict:

@@ -96,7 +96,8 @@ class Actor:
 
 
 def load_actor(args, dist, plan, model=None, tokenizer=None) -> Actor:
-    """Tokenizer (with the run's chat template) and the trainable model on its device; no optimizer yet."""
+    """Tokenizer (with the run's chat template) and the trainable model, on its device or, where a vLLM engine will
+    start on that GPU, on the CPU until then (`staging_device`, `place_actor`); no optimizer yet."""
     from ppokit.models import (
         LoraSpec,
         attention_implementation,
@@ -116,7 +117,8 @@ def load_actor(args, dist, plan, model=None, tokenizer=None) -> Actor:
             tokenizer = tokenizer or load_tokenizer(path)
             from ppokit.training.engine_setup import zero3_config  # ZeRO-3: loaded partitioned
 
-            model = load_causal_lm(path, dtype=param_dtype, device=device, gradient_checkpointing=args.recompute,
+            model = load_causal_lm(path, dtype=param_dtype, device=staging_device(args, device, plan),
+                                   gradient_checkpointing=args.recompute,
                                    attn_implementation=attention_implementation(args.use_flash_attention, compute_dtype),
                                    lora=lora, zero3_config=zero3_config(args, plan, device))
     elif lora is not None:
@@ -132,6 +134,25 @@ def load_actor(args, dist, plan, model=None, tokenizer=None) -> Actor:
     check_lengths(args, getattr(model.config, "max_position_embeddings", None))
     return Actor(model=model, tokenizer=tokenizer, path=path, device=device, param_dtype=param_dtype,
                  compute_dtype=compute_dtype, lora_used=lora is not None)
+
+
+def staging_device(args, device, plan) -> torch.device:
+    """Where the actor is loaded before the rollout engine exists: the CPU when a vLLM engine is about to start on
+    this GPU (it sizes itself from the free memory and refuses to start above ~0.6 of an 80 GB card with a 7B float32
+    actor already there; docs/scaling.md, start-up order), else `device`. ZeRO-3 actors load partitioned (a shard
+    per GPU), in place."""
+    from ppokit.rollout.vllm_engine import vllm_available
+    from ppokit.training.engine_setup import zero_options
+
+    wants_vllm = args.rollout_engine == "vllm" or (args.rollout_engine is None and args.use_fusemt)
+    if device.type != "cuda" or not wants_vllm or not vllm_available() or zero_options(args)["zero_stage"] == 3:
+        return device
+    return torch.device("cpu")
+
+
+def place_actor(actor: Actor) -> None:
+    """The actor on its training device (after the rollout engine started; a no-op where it was loaded there)."""
+    actor.model.to(actor.device)
 
 
 def build_policy(args, actor: Actor, run) -> Policy:
@@ -264,7 +285,8 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     if reward_functions is not None and not isinstance(fns, list):
         fns = [fns]
     fns = [normalize_reward_fn(f) for f in fns]
-    rollout_engine = build_rollout_engine(args, actor, dist)
+    rollout_engine = build_rollout_engine(args, actor, dist)  # vLLM first, on a GPU the actor does not use yet
+    place_actor(actor)
     policy = build_policy(args, actor, run)
     logprob_bs = args.per_device_logprob_batch_size if args.per_device_logprob_batch_size > 0 else plan.micro_batch_size
     state = State(args=args, dist=dist, plan=plan, run=run, policy=policy, rollout_engine=rollout_engine,

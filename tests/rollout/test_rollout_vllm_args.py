@@ -73,7 +73,7 @@ def test_dtype_follows_the_runs_precision(bf16, fp16, expected):
 
 def test_default_memory_share_and_batch_keys():
     kwargs = vllm_engine_kwargs(load_arguments(None, overrides={}), "/m", tp_layout(0, 1, 1), torch.bfloat16)
-    assert kwargs["gpu_memory_utilization"] == 0.5 and kwargs["max_num_seqs"] == 8
+    assert kwargs["gpu_memory_utilization"] == 0.5 and kwargs["max_num_seqs"] == 256  # unset: vLLM's own default
 
 
 def test_sampling_arguments_with_logprobs():
@@ -92,3 +92,13 @@ def test_verls_rollout_keys_reach_the_engine_arguments():
     kwargs = vllm_engine_kwargs(args, "/m", tp_layout(5, 8, rollout_tp_degree(args)), torch.bfloat16)
     assert (kwargs["gpu_memory_utilization"], kwargs["tensor_parallel_size"], kwargs["max_num_seqs"]) == (0.3, 4, 128)
     assert kwargs["seed"] == args.seed + 1  # rank 5 is in the second TP group of 4
+
+
+@pytest.mark.parametrize("given, expected", [(None, 256), (8, 8), (64, 64)])
+def test_max_num_seqs_is_vllms_default_unless_the_arguments_set_it(given, expected):
+    keys = dict(seed=1, max_prompt_len=16, max_dec_len=16, max_length=32)
+    if given is not None:
+        keys["rollout_max_num_seqs"] = given
+    args = load_arguments(None, overrides=keys)
+    assert args.rollout_max_num_seqs == (given or 8)  # PaddleNLP's schema default stays the key's
+    assert vllm_engine_kwargs(args, "/m", tp_layout(0, 1, 1, 1), torch.bfloat16)["max_num_seqs"] == expected
