@@ -42,6 +42,7 @@ from ppokit.checkpoint_safety import check_finite, data_fingerprint, disk_full, 
 from ppokit.engine import barrier, rank, world_size
 from ppokit.errors import PpokitError
 from ppokit.models.folders import WeightsError, load_weights, save_adapter, save_hf
+from ppokit.training.pipeline import load_queue, save_queue
 
 logger = logging.getLogger("ppokit")
 
@@ -282,6 +283,7 @@ def write_checkpoint(session, tmp: Path, final: Path, rng: dict) -> None:
     if st.critic is not None:
         st.critic.save(tmp, bool(args.ignore_save_lr_and_optim))
     torch.save(rng, tmp / f"rng_state_{rank()}.pt")
+    save_queue(getattr(session, "pipeline", None), tmp, rank())  # asynchronous runs: the batches not yet consumed
     barrier()
     if is_rank0():
         (tmp / STATE_FILE).write_text(json.dumps(trainer_state(session), indent=1, default=str))
@@ -460,6 +462,7 @@ def resume_from(session, path: Path) -> Path:
         rng = torch.load(rng_file, weights_only=False)
     load_actor(session, path, saved)
     restore_counters(session, saved)
+    load_queue(getattr(session, "pipeline", None), path, rank())
     newer = [p for p in complete_checkpoints(path.parent) if p.name != path.name
              and int(p.name.split("-")[1]) > session.global_step]
     barrier()  # every rank has loaded before rank 0 moves anything
