@@ -68,3 +68,15 @@ def test_no_consumed_batch_is_older_than_k_versions(tmp_path):
     assert lags == [0, 1, 2, 2] and max(lags) <= k
     assert "queue 2 batches" in repr(s) and "staleness_threshold=2" in repr(s)
 
+
+
+def test_the_drift_watch_warns_once_with_numbers_when_the_logprob_diff_keeps_rising(caplog):
+    from ppokit.training.pipeline import DriftWatch
+
+    watch = DriftWatch(window=4, factor=2.0)
+    flat = [watch.see(s, {"rollout/logprob_diff": 0.01}) for s in range(6)]
+    assert flat == [None] * 6
+    rising = [watch.see(6 + s, {"rollout/logprob_diff": v}) for s, v in enumerate([0.01, 0.015, 0.02, 0.03])]
+    assert rising[:3] == [None] * 3 and "from 0.01 to 0.03 at step 9" in rising[3]
+    assert watch.see(10, {"rollout/logprob_diff": 0.09}) is None  # once
+    assert sum("drift" in r.message for r in caplog.records) == 1
