@@ -23,6 +23,7 @@ from ppokit.tracking.console import memory_metrics
 from ppokit.training import phases
 from ppokit.training.batch import RolloutBatch, fill_in
 from ppokit.training.metrics import batch_metrics, gather_metrics, sample_rows
+from ppokit.training.pipeline import DriftWatch, RolloutPipeline
 
 logger = logging.getLogger("ppokit")
 
@@ -44,6 +45,16 @@ class Session:
         self.resume_step: int | None = None  # set by a resume: the tracker continues that run's files
         self._preemption = None  # set by train(): a SIGTERM checkpoints and stops between steps
         self._eval_spec = (args.eval_datasets, args.eval_task_config)  # what state.eval_records was built from
+        self.pipeline = RolloutPipeline(args.staleness_threshold)  # k = 0: produce then consume, the synchronous step
+        if self.pipeline.staleness:  # a checkpoint holds the batches produced and not yet consumed
+            from ppokit.checkpoint.state import register
+
+            register(self, "rollout_queue", self.pipeline)
+        self._drift = DriftWatch()
+        if args.staleness_threshold > 0 and args.rollout_is == "off":
+            logger.warning("staleness_threshold=%d trains on batches up to %d policy versions old without importance "
+                           "correction; set rollout_is: token (or sequence) to correct them",
+                           args.staleness_threshold, args.staleness_threshold)
 
     def __repr__(self) -> str:
         """e.g. Session(model='smollm2-135m-instruct', algorithm='grpo', step=3/30, output_dir='output/grpo', ...)."""
@@ -53,9 +64,10 @@ class Session:
         reward = next((h["reward/mean"] for h in reversed(self.history) if "reward/mean" in h), None)
         last = "no step yet" if reward is None else f"last reward/mean={reward:.3g}"
         agent = getattr(self.state, "agent", None)
-        tools = f"tools={list(agent.tools)}, " if agent is not None else ""
+        tools = f"tools={list(agent.tools)}, " if agent is not None and getattr(agent, "tools", None) else ""
+        queue = f", rollouts: {self.pipeline.describe()}" if self.pipeline.staleness else ""
         return (f"Session(model={args.actor_model_name_or_path!r}, algorithm={args.rl_algorithm!r}, {tools}"
-                f"step={self.global_step}/{total_steps(self)}, output_dir={args.output_dir!r}, {last})")
+                f"step={self.global_step}/{total_steps(self)}, output_dir={args.output_dir!r}, {last}{queue})")
 
     @classmethod
     def from_json(cls, path: str, **overrides) -> Session:
@@ -113,11 +125,13 @@ class Session:
         """The consuming half: log-probs under the trainer's weights, advantages, the update and the rollout
         weight sync, then the step's metrics logged; returns them. `started`: when the step's clock started."""
         started = time.perf_counter() if started is None else started
+        lag = self.pipeline.lag_metrics(batch, self.state.updates_done)  # async/*: how stale the batch trains
         batch = phases.with_logprobs(self.state, self.args, batch)
         batch = phases.advantages(self.state, self.args, batch)
         metrics = phases.update(self.state, self.args, batch)
         self.global_step += 1
         metrics.update(batch_metrics(batch))
+        metrics.update(lag)
         metrics["timing/step_s"] = time.perf_counter() - started
         tokens = float(batch.response_mask.sum() + batch.attention_mask[:, : batch.prompt_len].sum())
         metrics["throughput/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
@@ -126,6 +140,8 @@ class Session:
         self.history.append({"step": self.global_step, **metrics})
         self.last_batch = batch
         self.tracker.log(self.global_step, metrics)
+        if self.state.dist.rank == 0:
+            self._drift.see(self.global_step, metrics)  # the console's one warning of a rising log-prob mismatch
         if self.plan.due("samples", self.global_step, self.args):
             self.tracker.log_samples(self.global_step, sample_rows(batch, limit=4))
         return metrics
@@ -133,9 +149,10 @@ class Session:
     def step(self) -> dict[str, float]:
         """produce() then consume(batch): rollout → score → dynamic sampling | log-probs → advantages → update →
         log; returns the step's metrics. The one place the phases' order is decided; each phase returns a new
-        batch."""
+        batch. With `staleness_threshold` k the batch consumed was produced k policy versions ago (the queue in
+        `self.pipeline`, filled here; k = 0 produces it now)."""
         started = time.perf_counter()
-        return self.consume(self.produce(), started)
+        return self.consume(self.pipeline.next_batch(self.produce), started)
 
     def train(self) -> list[dict]:
         """Step until `max_steps`, with evaluation, checkpoints and progress; returns the metric history."""

@@ -46,6 +46,11 @@ class PpokitArguments(BaseModel):
         "is logged either way.")
     rollout_is_cap: float = Field(
         2.0, gt=0.0, description="Truncation cap C of the rollout_is importance weights (verl's default 2).")
+    staleness_threshold: int = Field(
+        0, ge=0, description="Asynchronous rollouts (verl's async_training.staleness_threshold): batch i is generated "
+        "by policy version i - k, k policy versions older than the weights it trains; 0 = the synchronous step. The "
+        "queue of produced batches is saved in checkpoints; stale samples are corrected by rollout_is (set it to "
+        "token or sequence). See docs/async.md.")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor for GAE / REINFORCE++ returns.")
     lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda.")
     critic_warmup_steps: int = Field(

@@ -44,3 +44,23 @@ def test_a_tool_tasks_eval_reward_equals_its_training_reward_on_the_same_rows(ti
     assert trained.scores.tolist() == [1.5, 1.5, 2.5, 2.5]
     assert trained.reward_terms["tool_step"].tolist() == [0.5, 0.5, 1.5, 1.5]
     assert metrics["eval/mean@2"] == 2.0
+
+
+def test_a_tool_task_trains_with_stale_rollouts(tiny_model_dir, tmp_path):
+    from test_multi_turn_training import counter_rows
+
+    args = load_arguments(None, overrides=dict(
+        actor_model_name_or_path=tiny_model_dir, train_datasets=counter_rows(tmp_path / "train.jsonl"),
+        rl_algorithm="grpo", global_batch_size=2, rollout_n=2, global_mini_batch_size=2,
+        per_device_train_batch_size=4, max_dec_len=160, max_prompt_len=32, max_length=256, max_steps=3,
+        output_dir=str(tmp_path / "out"), logging_dir=str(tmp_path / "vdl"), report_to=["none"], seed=1,
+        disable_tqdm=True, save_strategy="no", multi_turn=True, tool_config_path=write_yaml(tmp_path),
+        staleness_threshold=1))  # the scripted engine gives no log-probs: rollout_is stays off
+    s = Session(args, reward_functions=[called_and_done])
+    s.state.rollout_engine = CallCounter(s.state.policy.tokenizer)
+    lags = []
+    for _ in range(3):
+        metrics = s.step()
+        assert metrics["tools/calls_per_sample"] == 1.0 and metrics["reward/tool_step"] >= 0.5
+        lags.append(metrics["async/version_lag/max"])
+    assert lags == [0.0, 1.0, 1.0]

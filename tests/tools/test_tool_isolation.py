@@ -175,7 +175,7 @@ def test_ctrl_c_and_sigterm_stop_a_rollout_that_waits_on_tools(tmp_path):
     assert "never retrieved" not in err
 
     marker.unlink()
-    setup = ("from ppokit.checkpoint_run import Preemption, Preempted\n"
+    setup = ("from ppokit.checkpoint.run import Preemption, Preempted\n"
              "p = Preemption(); p.install()\n"
              "import atexit\n"
              "sys.excepthook = lambda t, e, tb: (print('STOPPED', t.__name__, flush=True), sys.exit(143))")
