@@ -17,6 +17,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ppokit.algorithms import algorithm
+
 from .batch import BatchPlan
 
 SCHEDULE_ENDS = {"linear": "linear to 0", "cosine": "cosine to 0", "constant": "constant",
@@ -59,9 +61,10 @@ class RunPlan:
     batches_per_epoch: int | None  # prompt batches one pass over the data yields (None: data not read yet)
     actor_schedule: LRSchedule
     critic_schedule: LRSchedule
-    eval_every: str  # "every 10 steps", "each epoch", "never"
+    eval_every: str  # "every 10 steps", "every step", "each epoch", "never"
     save_every: str
     log_every: str
+    has_critic: bool = True  # a value model is trained (ppo, vapo): its schedule is shown
 
     def __getattr__(self, name: str):
         # The batch plan's fields read through, so `s.plan.prompts_per_step` keeps working.
@@ -88,15 +91,18 @@ class RunPlan:
     def lines(self) -> list[str]:
         """The plan as a few readable lines (the repr, `--print_config`'s notes, the report's header)."""
         b = self.batch
-        return [
+        passes = f"{b.update_iters} pass{'es' * (b.update_iters != 1)}"
+        lines = [
             self.describe(),
             f"each step: {b.prompts_per_step} prompts x {b.rollout_n} = {b.sequences_per_step} sequences on "
-            f"{b.world_size} rank{'s' * (b.world_size != 1)}; {b.update_iters} pass(es) in mini-batches of "
+            f"{b.world_size} rank{'s' * (b.world_size != 1)}; {passes} over mini-batches of "
             f"{b.mini_batch_prompts} prompts, micro-batches of {b.micro_batch_size}, "
             f"{b.gradient_accumulation_steps} per optimizer step",
-            f"critic: {self.critic_schedule.describe()}",
-            f"evaluate {self.eval_every}; save {self.save_every}; log {self.log_every}",
         ]
+        if self.has_critic:  # GRPO and the other critic-free algorithms have no critic schedule to show
+            lines.append(f"critic: {self.critic_schedule.describe()}")
+        lines.append(f"evaluate {self.eval_every}; save {self.save_every}; log {self.log_every}")
+        return lines
 
     def __repr__(self) -> str:
         return "RunPlan(\n  " + "\n  ".join(self.lines()) + "\n)"
@@ -144,11 +150,11 @@ def lr_schedule(args: Any, optimizer_steps: int, per_rollout: int, *, critic: bo
 
 
 def cadence(strategy: str, every: int | None) -> str:
-    """'every N steps' / 'each epoch' / 'never' for a PaddleNLP `*_strategy` and its `*_steps`."""
+    """'every N steps' / 'every step' / 'each epoch' / 'never' for a PaddleNLP `*_strategy` and its `*_steps`."""
     if strategy == "epoch":
         return "each epoch"
     if strategy == "steps" and every and every > 0:
-        return f"every {every} steps"
+        return "every step" if every == 1 else f"every {every} steps"
     return "never"
 
 
@@ -162,4 +168,5 @@ def run_plan(args: Any, batch: BatchPlan, batches_per_epoch: int | None) -> RunP
         batches_per_epoch=batches_per_epoch,
         actor_schedule=lr_schedule(args, steps * per, per), critic_schedule=lr_schedule(args, steps * per, per, critic=True),
         eval_every=evaluate, save_every=cadence(args.save_strategy, args.save_steps),
-        log_every=cadence(args.logging_strategy, args.logging_steps))
+        log_every=cadence(args.logging_strategy, args.logging_steps),
+        has_critic=algorithm(args.rl_algorithm).needs_critic)

@@ -37,8 +37,8 @@ def outcome_lines(rows: list[dict], wall_s, interrupted: bool = False) -> list[s
 def wall_time_gaps(rows: list[dict], plan: dict | None) -> list[str]:
     """Why the reward-by-wall-time line has gaps: the steps followed by much more time than a step takes, each
     with what ran then (an evaluation, with its seconds; a checkpoint save, by the run's save cadence)."""
-    saves = re.fullmatch(r"every (\d+) steps", str((plan or {}).get("save_every", "")))
-    every = int(saves.group(1)) if saves else None
+    saves = re.fullmatch(r"every (\d+ steps|step)", str((plan or {}).get("save_every", "")))
+    every = (1 if saves.group(1) == "step" else int(saves.group(1).split()[0])) if saves else None
     times = [(r["step"], r["time"], r) for r in rows if _is_number(r.get("time"))]
     if len(times) < 3:
         return []
