@@ -114,7 +114,7 @@ def left_out(rows: list[dict]) -> dict[str, str]:
         elif name in CONSTANT_BY_CONSTRUCTION:
             out[name] = f"constant {firsts[name]:g}: {CONSTANT_BY_CONSTRUCTION[name][1]}"
         else:
-            out[name] = "under a millisecond at every step: the phase did not run"
+            out[name] = "under a millisecond at every step: the phase did not run (its work is done elsewhere)"
     return out
 
 

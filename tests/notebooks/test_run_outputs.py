@@ -69,14 +69,14 @@ class _Page(HTMLParser):
         attrs = dict(attrs)
         if tag in ("h1", "h2"):
             self.blocks.append([])
-        if tag in ("script", "style"):
+        if tag in ("script", "style", "title"):
             self.skip += 1
         for key in ("src", "href"):
             if attrs.get(key) and not attrs[key].startswith("#"):
                 self.loads.append(attrs[key])
 
     def handle_endtag(self, tag):
-        if tag in ("script", "style"):
+        if tag in ("script", "style", "title"):
             self.skip -= 1
 
     def handle_data(self, data):
@@ -93,9 +93,10 @@ def test_the_report_opens_on_what_the_run_did(tiny_run, tmp_path):
     page = _Page()
     page.feed(build_report(tiny_run.out, tmp_path / "report.html").read_text())
     assert page.loads == [] and "<script" not in (tmp_path / "report.html").read_text()  # offline, inert
-    title, top = page.blocks[1], page.blocks[2]
-    assert title[0].startswith("ppokit report")
-    assert top[0].startswith("GRPO on ") and re.fullmatch(r"4 steps in \d+ s, \d+\.\d s per training step \(median\)",
+    assert page.blocks[0] == []  # nothing before the title
+    title, top = page.blocks[1][0], page.blocks[1][1:]
+    assert title.startswith("ppokit report")
+    assert top[0].startswith("GRPO on ") and re.fullmatch(r"4 steps in (\d+ min )?\d+ s, \d+\.\d s per training step \(median\)",
                                                           top[1])
     history = rows(tiny_run.out / "metrics.jsonl")
     merged = {}
@@ -104,4 +105,4 @@ def test_the_report_opens_on_what_the_run_did(tiny_run, tmp_path):
     history = list(merged.values())
     assert top[2] == span_line(history, "reward/mean", "reward") and "→" in top[2]
     assert top[3] == span_line(history, "eval/accuracy", "eval accuracy") and top[3].endswith("at step 4")
-    assert page.blocks[3][0] == "Reward"  # the first section under the top
+    assert page.blocks[2][0] == "Reward"  # the first section under the top
