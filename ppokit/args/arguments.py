@@ -57,6 +57,39 @@ class Arguments(ModelArguments, DataArguments, TrainingArguments, PpokitArgument
             raise AssignmentError(f"{name}={value!r} is not valid: expected {expected}{detail}; "
                                   f"{name} is still {getattr(self, name)!r}.") from None
 
+    def changed(self) -> dict[str, Any]:
+        """{key: value} of the keys whose value differs from the schema's default, in the schema's order."""
+        out = {}
+        for key, field in type(self).model_fields.items():
+            try:
+                default = field.get_default(call_default_factory=True)
+            except Exception:  # a default that needs other fields: count the key as changed
+                default = object()
+            value = getattr(self, key)
+            if value != default:
+                out[key] = value
+        return out
+
+    def __repr__(self) -> str:
+        """Short: the keys that differ from the defaults (model, algorithm and data first), then a count of the
+        rest; `args.to_dict()` has every key, `python -m ppokit.args explain KEY` explains one."""
+        changed = self.changed()
+        first = ("actor_model_name_or_path", "rl_algorithm", "train_datasets", "eval_datasets")
+        keys = [k for k in first if k in changed] + [k for k in changed if k not in first]
+        lines, line = [], ""
+        for item in (f"{k}={changed[k]!r}" for k in keys):
+            if line and len(line) + len(item) > 104:
+                lines.append(line.rstrip(", "))
+                line = ""
+            line += item + ", "
+        if line:
+            lines.append(line.rstrip(", "))
+        rest = len(type(self).model_fields) - len(changed)
+        return (f"Arguments({len(changed)} keys differ from the defaults:\n  " + "\n  ".join(lines)
+                + f"\n  and {rest} keys at their defaults: args.to_dict() has them all)")
+
+    __str__ = __repr__
+
     @property
     def notes(self) -> list[str]:
         """One-line notes collected while loading (shared list; append to add)."""

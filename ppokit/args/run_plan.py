@@ -17,6 +17,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ppokit.algorithms import algorithm
+
 from .batch import BatchPlan
 
 SCHEDULE_ENDS = {"linear": "linear to 0", "cosine": "cosine to 0", "constant": "constant",
@@ -59,10 +61,11 @@ class RunPlan:
     batches_per_epoch: int | None  # prompt batches one pass over the data yields (None: data not read yet)
     actor_schedule: LRSchedule
     critic_schedule: LRSchedule
-    eval_every: str  # "every 10 steps", "each epoch", "never"
+    eval_every: str  # "every 10 steps", "every step", "each epoch", "never"
     save_every: str
     log_every: str
     hand_steps: int = 0  # optimizer steps taken outside step() (phases called by hand) before train(): see follow_taken
+    has_critic: bool = True  # a value model is trained (ppo, vapo): its schedule is shown
 
     def __getattr__(self, name: str):
         # The batch plan's fields read through, so `s.plan.prompts_per_step` keeps working.
@@ -96,15 +99,18 @@ class RunPlan:
     def lines(self) -> list[str]:
         """The plan as a few readable lines (the repr, `--print_config`'s notes, the report's header)."""
         b = self.batch
-        return [
+        passes = f"{b.update_iters} pass{'es' * (b.update_iters != 1)}"
+        lines = [
             self.describe(),
             f"each step: {b.prompts_per_step} prompts x {b.rollout_n} = {b.sequences_per_step} sequences on "
-            f"{b.world_size} rank{'s' * (b.world_size != 1)}; {b.update_iters} pass(es) in mini-batches of "
+            f"{b.world_size} rank{'s' * (b.world_size != 1)}; {passes} over mini-batches of "
             f"{b.mini_batch_prompts} prompts, micro-batches of {b.micro_batch_size}, "
             f"{b.gradient_accumulation_steps} per optimizer step",
-            f"critic: {self.critic_schedule.describe()}",
-            f"evaluate {self.eval_every}; save {self.save_every}; log {self.log_every}",
         ]
+        if self.has_critic:  # GRPO and the other critic-free algorithms have no critic schedule to show
+            lines.append(f"critic: {self.critic_schedule.describe()}")
+        lines.append(f"evaluate {self.eval_every}; save {self.save_every}; log {self.log_every}")
+        return lines
 
     def __repr__(self) -> str:
         return "RunPlan(\n  " + "\n  ".join(self.lines()) + "\n)"
@@ -166,16 +172,16 @@ class Cadence:
         return self.strategy == "steps" and bool(self.every) and self.every > 0 and step % self.every == 0
 
     def describe(self) -> str:
-        """'every N steps' / 'each epoch' / 'never'."""
+        """'every N steps' / 'every step' / 'each epoch' / 'never'."""
         if self.strategy == "epoch":
             return "each epoch"
         if self.strategy == "steps" and self.every and self.every > 0:
-            return f"every {self.every} steps"
+            return "every step" if self.every == 1 else f"every {self.every} steps"
         return "never"
 
 
 def cadence(strategy: str, every: int | None) -> str:
-    """'every N steps' / 'each epoch' / 'never' for a PaddleNLP `*_strategy` and its `*_steps`."""
+    """'every N steps' / 'every step' / 'each epoch' / 'never' for a PaddleNLP `*_strategy` and its `*_steps`."""
     return Cadence(strategy, every).describe()
 
 
@@ -207,7 +213,7 @@ def run_plan(args: Any, batch: BatchPlan, batches_per_epoch: int | None) -> RunP
         batches_per_epoch=batches_per_epoch,
         actor_schedule=lr_schedule(args, steps * per, per), critic_schedule=lr_schedule(args, steps * per, per, critic=True),
         eval_every=evaluate, save_every=cadence_of(args, "save").describe(),
-        log_every=cadence_of(args, "log").describe())
+        log_every=cadence_of(args, "log").describe(), has_critic=algorithm(args.rl_algorithm).needs_critic)
 
 
 def follow_taken(plan: RunPlan, taken: int, global_step: int) -> RunPlan:

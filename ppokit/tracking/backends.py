@@ -179,6 +179,29 @@ def hparams_for_backends(hparams: dict) -> dict[str, int | float | str]:
     return out
 
 
+# The keys a run is compared by, shown after the ones a user changed (VisualDL's hyper-parameter table).
+CORE_HPARAMS = ("actor_model_name_or_path", "rl_algorithm", "learning_rate", "rollout_n", "global_batch_size",
+                "global_mini_batch_size", "update_iters", "max_steps", "max_dec_len", "temperature",
+                "kl_loss_coeff", "kl_coeff", "lr_scheduler_type", "warmup_steps", "do_eval", "seed")
+WHERE_KEYS = ("output_dir", "logging_dir", "run_name")  # where a run writes: the trial's name says it
+
+
+def compact_hparams(scalars: dict[str, int | float | str], info: dict) -> dict[str, int | float | str]:
+    """The hyper-parameters a comparison of runs needs: the keys changed from their defaults first (ranked as
+    CORE_HPARAMS, then in argument order), then the unchanged CORE_HPARAMS; keys with no effect here and the
+    output folders are left out. Without defaults (a plain dict was logged) every key is kept, in order."""
+    defaults = info.get("defaults")
+    if not defaults:
+        return dict(scalars)
+    skip = set(info.get("no_effect", ())) | set(WHERE_KEYS)
+    default_scalars = hparams_for_backends(defaults)
+    changed = [k for k in scalars if k not in skip and (k not in defaults or default_scalars.get(k) != scalars[k])]
+    rank = {k: i for i, k in enumerate(CORE_HPARAMS)}
+    changed.sort(key=lambda k: rank.get(k, len(rank)))
+    rest = [k for k in CORE_HPARAMS if k in scalars and k not in changed]
+    return {k: scalars[k] for k in changed + rest}
+
+
 def dump_args(hparams: dict) -> str:
     """args.json text: every argument, nested values kept, non-JSON values as text."""
     from ppokit.tracking.jsonl import to_jsonable

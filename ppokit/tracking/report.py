@@ -29,7 +29,9 @@ from ppokit.errors import PpokitError
 from ppokit.tracking.console import duration
 from ppokit.tracking.jsonl import read_jsonl
 from ppokit.tracking.report_args import args_section, headline
+from ppokit.tracking.report_facts import left_out_section, outcome_lines, wall_time_gaps
 from ppokit.tracking.svg import Series, bar_chart, fmt_number, line_chart, std_band
+from ppokit.tracking.vdl import left_out
 
 REWARD_STATS = ("reward/mean", "reward/std", "reward/min", "reward/max")
 # reward/* metrics that are not one reward function's mean: a count, and the sum before normalising
@@ -44,7 +46,8 @@ SIGNAL_CHARTS = (
     ("KL divergence", "", r"(^|/)(kl|kl_loss|ppo_kl|approx_kl)$"),
     ("KL coefficient", "", r"^kl/beta$"),
     ("Entropy", "nats", r"(^|/)entropy(_loss)?$"),
-    ("Clip fraction", "fraction", r"clipfrac|clip_frac|clip_fraction|clip_ratio"),
+    ("Responses cut at max_dec_len", "fraction", r"^response_length/clip_ratio$"),
+    ("Clip fraction", "fraction", r"clipfrac|clip_frac|clip_fraction"),  # PPO's ratio clip only
     ("Gradient norm", "", r"grad_norm"),
     ("Learning rate", "", r"(^|/)(lr|learning_rate)$"),
     ("Losses", "", r"(^|/)[a-z0-9_]*loss$"),
@@ -176,8 +179,8 @@ def _charts(svgs: list[str]) -> str:
     return '<div class="charts">' + "".join(svgs) + "</div>"
 
 
-def reward_section(rows: list[dict], names: list[str]) -> str:
-    """Reward mean ± std against step and against wall time, plus per-function rewards."""
+def reward_section(rows: list[dict], names: list[str], plan: dict | None = None) -> str:
+    """Reward mean ± std against step and against wall time (its gaps explained), plus per-function rewards."""
     if "reward/mean" not in names:
         return "<h2>Reward</h2>" + _missing("reward/mean")
     mean, std = _column(rows, "reward/mean"), _column(rows, "reward/std")
@@ -204,11 +207,15 @@ def reward_section(rows: list[dict], names: list[str]) -> str:
         svgs.append(line_chart(_series(rows, per_fn[:8]), "Reward by function", "step", "reward"))
     note = (f'<p class="missing">{escape(", ".join(copies))} equal reward/mean at every step (no chart of '
             "their own).</p>" if copies else "")
+    gaps = wall_time_gaps(rows, plan)
+    if gaps:
+        note += ('<p class="facts">Gaps in reward by wall time: ' + escape("; ".join(gaps)) + ".</p>")
     return "<h2>Reward</h2>" + _charts(svgs) + note
 
 
-def signals_section(rows: list[dict], names: list[str]) -> tuple[str, set[str]]:
-    """Length, KL, entropy, clip fraction, grad norm, LR and losses; returns the HTML and names used."""
+def signals_section(rows: list[dict], names: list[str], dropped: dict | None = None) -> tuple[str, set[str]]:
+    """Length, KL, entropy, clip fraction, grad norm, LR and losses; returns the HTML and names used.
+    A chart whose only metrics are in ``dropped`` (flat or copies, said in the note) is not called missing."""
     used: set[str] = set()
     svgs, missing = [], []
     free = [n for n in names if not n.startswith(("reward/", "timing/", "eval/"))]
@@ -217,6 +224,8 @@ def signals_section(rows: list[dict], names: list[str]) -> tuple[str, set[str]]:
         used.update(keys)
         if keys:
             svgs.append(line_chart(_series(rows, keys[:8]), title, "step", y_label))
+        elif any(re.search(pattern, n) for n in dropped or ()):
+            continue
         elif title in (
             "Response length",
             "KL divergence",
@@ -227,7 +236,8 @@ def signals_section(rows: list[dict], names: list[str]) -> tuple[str, set[str]]:
         ):
             missing.append(title)
     html = "<h2>Training signals</h2>" + _charts(svgs)
-    kl = [v for n in used if re.search(SIGNAL_CHARTS[1][2], n) for v in _column(rows, n) if v is not None]
+    kl = [v for n in used | set(dropped or ()) if re.search(SIGNAL_CHARTS[1][2], n)
+          for v in _column(rows, n) if v is not None]
     if kl and all(v == 0 for v in kl):
         html += f'<div class="note">{escape(KL_OFF_NOTE)}</div>'
     if missing:
@@ -273,6 +283,8 @@ def other_metrics_section(rows: list[dict], names: list[str], used: set[str]) ->
     """Metrics no chart shows, as a table of last, min and max values."""
     keys = [n for n in names if n not in used and (n in NOT_FUNCTIONS or not n.startswith(("reward/", "timing/",
                                                                                              "eval/")))]
+    keys = [n for n in keys if not (n == "reward/raw_mean" and same_series(rows, ["reward/mean", n]) ==
+                                    [["reward/mean", n]])]  # a copy the reward section names
     if not keys:
         return ""
     body = []
@@ -358,12 +370,11 @@ def summary_section(run: RunData) -> str:
     facts.append(("steps logged", str(len(rows))))
     if rows:
         facts.append(("step range", f"{_fact(rows[0]['step'])} – {_fact(rows[-1]['step'])}"))
-        last_reward = next((r["reward/mean"] for r in reversed(rows) if _is_step(r.get("reward/mean"))), None)
-        if last_reward is not None:
-            facts.append(("last reward/mean", fmt_number(last_reward)))
     facts.append(("output_dir", str(run.output_dir.resolve())))
     line = headline(run.args, run.info.get("plan"))
-    table = (f'<p class="headline">{escape(line)}</p>' if line else "") + (
+    outcome = outcome_lines(run.rows, run.state.get("wall_s"), run.interrupted)
+    table = (f'<p class="headline">{escape(line)}</p>' if line else "") + "".join(
+        f'<p class="headline"><b>{escape(o)}</b></p>' for o in outcome) + (
         "<table>"
         + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in facts)
         + "</table>"
@@ -401,17 +412,19 @@ def _status(run: RunData) -> str:
 
 def render_report(run: RunData) -> str:
     """The whole report page as one HTML string."""
-    names = metric_names(run.rows)
-    signals, used = signals_section(run.rows, names)
+    dropped = left_out(run.rows)  # flat or copies: no chart here, none in VisualDL, said once below
+    names = [n for n in metric_names(run.rows) if n not in dropped]
+    signals, used = signals_section(run.rows, names, dropped)
     title = f"ppokit report — {(run.args or {}).get('run_name') or run.output_dir.resolve().name}"
     body = [
         f"<h1>{escape(title)}</h1>",
         summary_section(run),
-        reward_section(run.rows, names),
+        reward_section(run.rows, names, run.info.get("plan")),
         signals,
         timing_section(run.rows, names),
         eval_section(run.rows, names),
         other_metrics_section(run.rows, names, used),
+        left_out_section(dropped),
         samples_section(run.samples),
         args_section(run.args, run.info),
         f'<p class="missing">generated by ppokit.tracking.report at {datetime.now():%Y-%m-%d %H:%M:%S}</p>',

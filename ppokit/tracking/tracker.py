@@ -26,6 +26,7 @@ from ppokit.tracking.backends import (
     ARGS_INFO,
     Backend,
     args_info,
+    compact_hparams,
     dump_args,
     hparams_for_backends,
     note,
@@ -40,7 +41,7 @@ class EarlierRecordsError(PpokitError):
     """A new Tracker would replace an earlier run's metrics.jsonl/samples.jsonl without being asked."""
 
 
-DEFAULT_HPARAM_METRICS = ("reward/mean", "actor/kl", "response_length/mean")
+DEFAULT_HPARAM_METRICS = ("reward/mean", "eval/accuracy", "actor/kl", "response_length/mean")
 STATE_FILE = "tracking_state.json"
 SAMPLES_SHOWN = 4
 TEXT_LIMIT = 1500
@@ -180,8 +181,9 @@ class Tracker:
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
         scalars = hparams_for_backends(hparams)
-        for backend in self.backends:
-            backend.hparams(scalars, list(metrics))
+        for backend in self.backends:  # VisualDL's table: the keys a user changed first (compact_hparams)
+            backend.hparams(compact_hparams(scalars, info) if isinstance(backend, VisualDLBackend) else scalars,
+                            list(metrics))
             backend.flush()
 
     # ----------------------------------------------------------------- resume

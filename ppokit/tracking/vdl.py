@@ -1,16 +1,26 @@
-"""The VisualDL side of a run: one folder per run, tags in groups VisualDL opens on the reward, no copies.
+"""The VisualDL side of a run: one folder per run, tags named as in metrics.jsonl, no copies, no flat lines.
 
-What VisualDL 2.5 does, and what ppokit does about it:
-  - It opens on the first tab of the server's list, which is a Python set's order (a different tab from one
-    server start to the next) unless ``visualdl --component_tabs scalar text hyper_parameters`` fixes it; the
-    run summary prints that command. The hyper-parameters are written after the first scalars all the same.
+What VisualDL 2.5.3 does (read in its own code), and what ppokit does about it:
+  - It opens on the first tab of the server's list (server/api.py ``get_component_tabs``: a Python set, so a
+    different tab from one server start to the next, often the model-graph upload page) unless
+    ``visualdl --component_tabs scalar text hyper_parameters`` fixes it; nothing in a record file can choose
+    it, so the README's command and the run summary carry the flag.
   - It shows one run per folder of ``--logdir`` (the newest record file in it): each run writes its own
     subfolder, named after the run; a second run of that name gets ``NAME-2`` rather than mixing curves.
-  - It sorts tag groups (the text before the first "/") by name and opens only the first: the groups a
-    person reads first carry their rank, ``1 reward/mean``, ``2 eval/accuracy``, ``3 response_length/mean``,
-    then ``4 actor``, ``5 critic``, ``6 kl``, ``7 timing``; other groups follow by name.
+  - Its scalar page groups tags by the text before the first "/" and opens the first group by name only
+    (ChartPage.js: ``opened: index === 0``); the others are one click each. The tags are the metrics.jsonl
+    keys, unchanged (``reward/mean``, ``eval/accuracy``), so a chart is found under the name the files use.
+  - A hyper-parameter trial is named by its folder as the server reached it from ``--logdir``
+    (server/lib.py ``get_hparam_list``): ``vdl_log/grpo`` with the README's relative ``--logdir vdl_log``.
   - It keeps 10 texts per tag (the server's reservoir): sample tags hold 10 logged steps each
     (``samples/1 · from step 11`` ...), so every logged step stays visible.
+
+Series that would only repeat another chart or draw a flat line are held back while they do (``held_back``):
+copies of another metric (one reward function = ``reward/mean``, ``returns/mean`` = ``advantages/mean`` without
+a critic, ``eval/pass@1`` = ``eval/accuracy``), metrics constant by construction in common set-ups (clip
+fractions and approx. KL with one update per rollout, skipped groups without skip_group, the eval set's size)
+and timings of phases that did not run (under a millisecond). Once one differs it is written with its whole
+history. The report says once which series VisualDL left out and why (``left_out``).
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ import re
 import time
 from pathlib import Path
 
-# The groups in the order a person reads them; VisualDL sorts groups by name, so each carries its rank.
+# Write order within a step: the groups a person reads first, then the rest by name.
 GROUP_ORDER = ("reward", "eval", "response_length", "actor", "critic", "kl", "timing")
 # The server keeps this many texts per tag (visualdl.server.data_manager.DEFAULT_PLUGIN_MAXSIZE["text"]).
 TEXTS_PER_TAG = 10
@@ -28,13 +38,21 @@ SAMPLES_SHOWN = 4
 REWARD_STATS = ("reward/mean", "reward/std", "reward/min", "reward/max", "reward/skipped_groups")
 _EVAL_ALIAS = re.compile(r"^eval/(.*?)(pass|maj|mean)@1$")
 NOT_FUNCTIONS = REWARD_STATS + ("reward/raw_mean",)
+# Constant while the set-up makes them so: held back until a value differs from the first.
+# Constant while the set-up makes them so, (the value, why); None: whatever the first value was.
+CONSTANT_BY_CONSTRUCTION = {
+    "actor/clipfrac": (0.0, "one update per rollout step: the policy that sampled is the one updated (ratio 1)"),
+    "actor/clipfrac_lower": (0.0, "one update per rollout step (ratio 1: the dual clip never bites)"),
+    "actor/clipfrac_upper": (0.0, "one update per rollout step (ratio 1)"),
+    "actor/approx_kl": (0.0, "one update per rollout step (ratio 1)"),
+    "reward/skipped_groups": (0.0, "no group is skipped unless reward_on_error is skip_group and scoring fails"),
+    "eval/prompts": (None, "the size of the eval set, the same at every evaluation"),
+}
+PHASE_NOT_RUN_S = 1e-3  # a timing under a millisecond: the phase did not run (e.g. no reference model)
 
 
 def visualdl_tag(name: str) -> str:
-    """The VisualDL tag of a metric: ``reward/mean`` -> ``1 reward/mean``; unranked groups keep their name."""
-    head, sep, rest = name.partition("/")
-    if sep and head in GROUP_ORDER:
-        return f"{GROUP_ORDER.index(head) + 1} {head}/{rest}"
+    """The VisualDL tag of a metric: its metrics.jsonl key, unchanged."""
     return name
 
 
@@ -49,15 +67,55 @@ def tag_rank(name: str) -> tuple[int, int]:
 def copy_of(name: str, metrics: dict) -> str | None:
     """The metric ``name`` may repeat in meaning: the one reward function's ``reward/<function>`` and
     ``reward/raw_mean`` are ``reward/mean`` (unless shaping, normalising or clipping changes it);
+    ``returns/mean`` is ``advantages/mean`` without a critic (returns = advantages + 0);
     ``eval/pass@1`` is ``eval/accuracy``, and with one sample per prompt so are ``eval/maj@1`` and ``mean@1``.
     Such a metric is written to VisualDL only once its value differs (then with its whole history)."""
     if name == "reward/raw_mean":
         return "reward/mean"
+    if name == "returns/mean":
+        return "advantages/mean"
     if name.startswith("reward/") and name not in NOT_FUNCTIONS:
         functions = [k for k in metrics if k.startswith("reward/") and k not in NOT_FUNCTIONS]
         return "reward/mean" if functions == [name] else None
     match = _EVAL_ALIAS.match(name)
     return f"eval/{match.group(1)}accuracy" if match else None
+
+
+def held_back(name: str, value: float, metrics: dict, first: float | None) -> bool:
+    """Whether this value of ``name`` adds nothing to VisualDL yet: a copy of ``copy_of``'s original, a
+    constant-by-construction metric still at its first value ``first``, or a phase that did not run."""
+    original = copy_of(name, metrics)
+    if original in metrics and _same(value, metrics[original]):
+        return True
+    if name in CONSTANT_BY_CONSTRUCTION:
+        expected = CONSTANT_BY_CONSTRUCTION[name][0]
+        if expected is not None:
+            return _same(value, expected)
+        return first is None or _same(value, first)
+    return name.startswith("timing/") and name.endswith("_s") and abs(value) < PHASE_NOT_RUN_S
+
+
+def left_out(rows: list[dict]) -> dict[str, str]:
+    """{metric: why} for the metrics of ``rows`` (metrics.jsonl) that VisualDL never got: see ``held_back``."""
+    firsts: dict[str, float] = {}
+    shown: set[str] = set()
+    for row in rows:
+        values = {k: float(v) for k, v in row.items() if k not in ("step", "time") and _finite(v)}
+        for name, value in values.items():
+            if not held_back(name, value, values, firsts.get(name)):
+                shown.add(name)
+            firsts.setdefault(name, value)
+    out = {}
+    for name in sorted(set(firsts) - shown):
+        probe = next(r for r in rows if _finite(r.get(name)))
+        original = copy_of(name, probe)
+        if original is not None and original in probe:
+            out[name] = f"the same as {original} at every step"
+        elif name in CONSTANT_BY_CONSTRUCTION:
+            out[name] = f"constant {firsts[name]:g}: {CONSTANT_BY_CONSTRUCTION[name][1]}"
+        else:
+            out[name] = "under a millisecond at every step: the phase did not run (its work is done elsewhere)"
+    return out
 
 
 def _finite(v) -> bool:
@@ -94,7 +152,8 @@ class VisualDLBackend:
         )
         self.file = self.writer.file_name
         self._written: set[str] = set()  # VisualDL tags that have records in this file
-        self._held: dict[str, list[tuple[int, float]]] = {}  # copies not written (yet): their history
+        self._held: dict[str, list[tuple[int, float]]] = {}  # series held back (yet): their history
+        self._firsts: dict[str, float] = {}  # each series' first value (constant-by-construction checks)
         self._text_steps: list[int] = []  # steps with sample texts, in order (for the 10-per-tag blocks)
         self._pending_hparams: tuple[dict, list[str]] | None = None
 
@@ -104,8 +163,9 @@ class VisualDLBackend:
             tag, value = visualdl_tag(name), metrics[name]
             if tag in skip:
                 continue
-            original = copy_of(name, metrics)
-            if tag not in self._written and original in metrics and _same(value, metrics[original]):
+            first = self._firsts.get(name)  # None at a series' first value
+            self._firsts.setdefault(name, value)
+            if tag not in self._written and held_back(name, value, metrics, first):
                 self._held.setdefault(name, []).append((step, value))
                 continue
             for held_step, held_value in self._held.pop(name, []):  # it differs now: its history first
@@ -142,8 +202,12 @@ class VisualDLBackend:
             self._pending_hparams = (hparams, metric_names)
 
     def _write_hparams(self, hparams: dict, metric_names: list[str]) -> None:
+        """The table's metrics: those the run logs (seen by now; eval/* when the run evaluates), no others."""
         self._pending_hparams = None
-        self.writer.add_hparams(hparams_dict=hparams, metrics_list=[visualdl_tag(m) for m in metric_names])
+        evaluates = str(hparams.get("do_eval", "")).lower() == "true"
+        seen = set(self._firsts)
+        metrics = [m for m in metric_names if m in seen or (m.startswith("eval/") and evaluates)]
+        self.writer.add_hparams(hparams_dict=hparams, metrics_list=[visualdl_tag(m) for m in metrics])
 
     def carry_over(self, previous_file: str, max_step: int) -> int:
         """Copy scalars and texts with step <= max_step from an earlier run's file; returns records copied.

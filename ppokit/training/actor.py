@@ -111,6 +111,7 @@ def actor_update(policy, batch: RolloutBatch, cfg: LossConfig, plan, extra_loss=
         return actor_loss(engine, part, cfg, denoms, policy.compute_dtype, policy.device,
                           extra_loss if first else None, current.get("tokens"))
 
+    lr = current_lr(engine)  # the rate this rollout's (first) optimizer step uses, not the one after it
     out = minibatch_update(engine, batch, plan, loss_fn, prefix="actor", device=policy.device)
-    out["actor/lr"] = current_lr(engine)
+    out["actor/lr"] = lr
     return out

@@ -131,11 +131,12 @@ def critic_update(critic: Critic, batch: RolloutBatch, cfg: LossConfig, plan) ->
     """Clipped value loss against the batch's returns, in the actor's mini/micro-batch layout."""
     if batch.values is None or batch.returns is None:
         raise ValueError("The critic update needs batch.values and batch.returns: run compute_advantages(batch) first.")
+    lr = current_lr(critic.engine)  # the rate this rollout's (first) optimizer step uses, not the one after it
     out = minibatch_update(critic.engine, batch, plan, lambda part, denoms, first: critic_loss(critic, part, cfg, denoms),
                            prefix="critic", device=critic.device, hint="check the rewards (clip_range_score, normalize_reward) and "
                            "critic_learning_rate")
     out["critic/values_mean"] = float(masked_mean(batch.values, batch.loss_mask))
     out["critic/returns_mean"] = float(masked_mean(batch.returns, batch.loss_mask))
     out["critic/explained_variance"] = explained_variance(batch.values, batch.returns, batch.loss_mask)
-    out["critic/lr"] = current_lr(critic.engine)
+    out["critic/lr"] = lr
     return out

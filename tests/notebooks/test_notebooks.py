@@ -145,8 +145,47 @@ def test_grpo_step_by_step_with_the_bundled_model(tmp_path, kernel_path, monkeyp
 
 def test_tool_use_notebook_shows_turns_and_masks(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
     nb = execute("04_tool_use.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
-    assert "tools: ['multiply'] | format: hermes | max turns: 2" in output(nb, "s = Session.from_json(")
-    assert "tools/calls_per_sample" in output(nb, "batch = s.rollout()")
+    built = output(nb, "s = Session.from_json(")
+    assert "tools: ['multiply'] | format: hermes | max turns: 2" in built and "tools=['multiply']" in built
+    rollout = output(nb, "batch = s.rollout()")
+    assert "tools/calls_per_sample" in rollout
+    question = re.search(r"^the question: (.*)$", rollout, re.M).group(1)
+    assert re.fullmatch(r"What is \d+ times \d+\?", question), question  # the whole user turn, not a cut tail
+    assert re.search(r"^\d+ of 16 rows called the tool: \[.*\]; looking at row \d+$", rollout, re.M)
     rows = output(nb, "def show_row(")
-    assert rows.count("row ") == 4 and "[model] tokens 0-" in rows and "of which the model's" in rows
+    assert rows.count("row ") >= 2 and "[model] tokens 0-" in rows and "of which the model's" in rows
+    assert "response_mask  loss_mask" in output(nb, "def masks_side_by_side(") or "one model turn" in \
+        output(nb, "def masks_side_by_side(")
     assert "advantage on tool tokens: 0.0" in output(nb, "s.score(batch)")
+    assert_show_is_static(nb)
+
+
+def assert_show_is_static(nb) -> None:
+    """`s.show(batch)` as the last cell still leaves the table as plain HTML (no next cell freezes it)."""
+    from nbconvert import HTMLExporter
+
+    assert nb.cells[-1].source == "s.show(batch)"
+    table = nb.cells[-1].outputs[-1].data
+    assert "application/vnd.jupyter.widget-view+json" not in table and "<table class='ppokit-batch'" in \
+        table["text/html"]
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    page = re.sub(r'<script type="application/vnd\.jupyter\.widget-(state|view)\+json">.*?</script>', "", page,
+                  flags=re.S)
+    assert len(re.findall(r"<table class=.ppokit-batch", page)) == 1
+
+
+@pytest.mark.slow
+def test_tool_use_notebook_on_the_bundled_model_shows_a_real_call(tmp_path, kernel_path, monkeypatch):
+    monkeypatch.delenv("PPOKIT_NOTEBOOK_MODEL", raising=False)
+    nb = execute("04_tool_use.ipynb", None, tmp_path / "out", kernel_path, monkeypatch)
+    rollout = output(nb, "batch = s.rollout()")
+    calls = float(re.search(r"'tools/calls_per_sample': ([\d.]+)", rollout).group(1))
+    assert calls > 0, rollout  # few-shot prompts, 16 rows and a fixed seed: a call is certain, not luck
+    row = int(re.search(r"looking at row (\d+)$", rollout, re.M).group(1))
+    assert re.search(rf"^row {row}: .*\n  \[model\] .*<tool_call>.*\n  \[tool\] tokens \d+-\d+ loss_mask=0/\d+",
+                     output(nb, "def show_row("), re.M)
+    masks = output(nb, "def masks_side_by_side(")
+    assert re.search(r"\s1\s+0\s+tool$", masks, re.M) and re.search(r"\s1\s+1\s+model$", masks, re.M)
+    assert re.search(r"^the tool's result: \d+$", masks, re.M)  # the product, as the tool returned it
+    assert re.search(rf"^row {row}: reward [01]\.0, reference answer \d+", output(nb, "s.score(batch)"), re.M)
+    assert_show_is_static(nb)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 
@@ -41,14 +43,66 @@ def test_visualdl_has_reward_curve_eval_scalars_sample_texts_and_hparams(tiny_ru
     (record_file,) = list(tiny_run.vdl.glob("*/vdlrecords*"))  # in the run's own folder, named after it
     assert record_file.parent.name == tiny_run.out.name
     reader = LogReader(file_path=str(record_file))
-    reward = [(r.id, r.value) for r in reader.get_data("scalar", "1 reward/mean")]
+    reward = [(r.id, r.value) for r in reader.get_data("scalar", "reward/mean")]
     expected = [(r["step"], r["reward/mean"]) for r in rows(tiny_run.out / "metrics.jsonl") if "reward/mean" in r]
     assert [s for s, _ in reward] == [1, 2, 3, 4]
     assert [round(v, 5) for _, v in reward] == [round(v, 5) for _, v in expected]
-    assert [r.id for r in reader.get_data("scalar", "2 eval/pass@2")] == [2, 4]
+    assert [r.id for r in reader.get_data("scalar", "eval/pass@2")] == [2, 4]
     texts = reader.get_data("text", "samples/1 · from step 1")  # a tag per sample (and 10 steps): one line each
     assert [t.id for t in texts] == [1, 2, 3, 4]
     assert " · Q: What is" in texts[0].text.encoded_text_string and " · A: " in texts[0].text.encoded_text_string
     (hparams,) = reader.get_data("hyper_parameters", "hparam")
     names = {h.name for h in hparams.hparam.hparamInfos}
     assert {"learning_rate", "rollout_n", "max_steps", "rl_algorithm"} <= names
+
+
+class _Page(HTMLParser):
+    """The text a reader meets, in page order, split at each heading; and every resource the page would load."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks: list[list[str]] = [[]]
+        self.loads: list[str] = []
+        self.skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag in ("h1", "h2"):
+            self.blocks.append([])
+        if tag in ("script", "style", "title"):
+            self.skip += 1
+        for key in ("src", "href"):
+            if attrs.get(key) and not attrs[key].startswith("#"):
+                self.loads.append(attrs[key])
+
+    def handle_endtag(self, tag):
+        if tag in ("script", "style", "title"):
+            self.skip -= 1
+
+    def handle_data(self, data):
+        if not self.skip and data.strip():
+            self.blocks[-1].append(data.strip())
+
+
+def test_the_report_opens_on_what_the_run_did(tiny_run, tmp_path):
+    """The static page as a reader sees it (no browser needed: it runs no script): first the title, then what ran
+    and its outcome as the console said it (steps, wall time, reward and eval first → last), then the charts."""
+    from ppokit.tracking.console import span_line
+    from ppokit.tracking.report import build_report
+
+    page = _Page()
+    page.feed(build_report(tiny_run.out, tmp_path / "report.html").read_text())
+    assert page.loads == [] and "<script" not in (tmp_path / "report.html").read_text()  # offline, inert
+    assert page.blocks[0] == []  # nothing before the title
+    title, top = page.blocks[1][0], page.blocks[1][1:]
+    assert title.startswith("ppokit report")
+    assert top[0].startswith("GRPO on ") and re.fullmatch(r"4 steps in (\d+ min )?\d+ s, \d+\.\d s per training step \(median\)",
+                                                          top[1])
+    history = rows(tiny_run.out / "metrics.jsonl")
+    merged = {}
+    for row in history:
+        merged.setdefault(row["step"], {}).update(row)
+    history = list(merged.values())
+    assert top[2] == span_line(history, "reward/mean", "reward") and "→" in top[2]
+    assert top[3] == span_line(history, "eval/accuracy", "eval accuracy") and top[3].endswith("at step 4")
+    assert page.blocks[2][0] == "Reward"  # the first section under the top

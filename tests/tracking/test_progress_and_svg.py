@@ -25,6 +25,13 @@ def test_format_summary_matches_the_documented_layout():
     )
 
 
+def test_a_step_followed_by_an_evaluation_names_it_outside_its_own_time():
+    metrics = {"reward/mean": 0.5, "timing/rollout_s": 3.0, "timing/update_s": 5.0, "timing/eval_s": 63.04,
+               "eval/accuracy": 0.9, "throughput/tokens_per_s": 34.0}
+    assert format_summary(10, metrics, total=30) == \
+        "step 10/30 | reward 0.5 | eval 0.9 | 8.0s/step | + evaluation 63.0s | 34 tok/s"
+
+
 def test_format_summary_leaves_out_what_was_not_logged():
     assert format_summary(3, {"reward/mean": 0.5, "actor/kl": float("nan")}) == "step 3 | reward 0.5"
     assert format_summary(3, {"timing/step_s": 2.0, "timing/rollout_s": 1.5}) == "step 3 | 2.0s/step"

@@ -173,8 +173,11 @@ def test_identical_eval_metrics_share_one_chart_and_a_constant_is_a_sentence(tmp
     evaluation = page[page.index("<h2>Evaluation</h2>"):]
     evaluation = evaluation[: evaluation.index("<h2>", 5)]
     assert evaluation.count("<svg") == 1
-    assert 'aria-label="eval/mean@1 (= pass@1, maj@1, accuracy)"' in evaluation
-    assert "evaluated at steps 10, 20, 30; eval/prompts 30 at every evaluation" in evaluation
+    assert 'aria-label="eval/accuracy"' in evaluation and "evaluated at steps 10, 20, 30</p>" in evaluation
+    said = page[page.index("<h2>Not charted</h2>"):]  # once, for this page and VisualDL alike
+    for copy in ("eval/mean@1", "eval/pass@1", "eval/maj@1"):
+        assert f"<code>{copy}</code>: the same as eval/accuracy at every step" in said
+    assert "<code>eval/prompts</code>: constant 30: the size of the eval set" in said
 
 
 def test_the_top_names_model_algorithm_data_and_shape_and_the_arguments_put_changes_first(tmp_path):
@@ -219,7 +222,9 @@ def test_flat_kl_gets_a_note_counts_leave_the_reward_functions_and_the_band_stay
     page = build_report(tmp_path).read_text()
     assert html.escape(KL_OFF_NOTE) in page
     assert 'aria-label="Reward by function"' not in page  # one reward function: its chart would copy the mean
-    assert "reward/rule, reward/raw_mean equal reward/mean at every step" in page
+    assert "<code>reward/raw_mean</code>: the same as reward/mean at every step" in page
+    assert "<code>reward/rule</code>: the same as reward/mean at every step" in page
+    assert page.count("reward/raw_mean") == 1  # said once: not again under other metrics
     assert "<td>reward/skipped_groups</td>" in page  # the count is listed with the other metrics
     by_step = page[page.index('aria-label="Reward by step"'):]
     by_step = by_step[: by_step.index("</svg>")]
@@ -247,3 +252,33 @@ def test_samples_show_the_question_with_the_full_prompt_folded(tmp_path):
     sample = page[page.index('<div class="sample">'):]
     assert sample.index("<pre>What is 3 + 4?</pre>") < sample.index("<details><summary>full prompt</summary>")
     assert sample.index("<summary>full prompt</summary>") < sample.index("You are SmolLM")  # folded, one click away
+
+
+def test_the_headline_says_what_the_console_says_and_the_wall_time_gaps_are_explained(tmp_path):
+    from ppokit.tracking.console import run_summary
+
+    rows, t = [], 0.0
+    for s in range(1, 7):
+        t += 2.0
+        row = {"step": s, "time": t, "reward/mean": s / 10, "timing/step_s": 2.0, "response_length/clip_ratio": 0.25,
+               "actor/clipfrac": 0.1 * s}
+        if s == 3:  # an evaluation of 30 s after step 3, and the save the plan says comes with it
+            row.update({"eval/accuracy": 0.5, "timing/eval_s": 30.0})
+            t += 30.0
+        if s == 6:
+            row["eval/accuracy"] = 0.75
+        rows.append(row)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "tracking_state.json").write_text(json.dumps({"wall_s": 45.0}))
+    (tmp_path / "args_info.json").write_text(json.dumps({"plan": {"rollout_steps": 6, "save_every": "every 3 steps"}}))
+    page = build_report(tmp_path).read_text()
+    console = run_summary(rows, tmp_path, 45.0).splitlines()[:3]  # what the console ends a run with
+    headlines = re.findall(r'<p class="headline"><b>([^<]+)</b></p>', page)
+    assert headlines == [html.escape(console[0].removeprefix("done: "))] + [html.escape(x) for x in console[1:]]
+    assert headlines[0] == "6 steps in 45 s, 2.0 s per training step (median)"
+    assert headlines[2] == "eval accuracy 0.50 at step 3 → 0.75 at step 6"
+    assert "steps 3 → 4: 30 s more than a step, an evaluation (30.0 s) and a checkpoint save" in page
+    clip = page[page.index('aria-label="Clip fraction"'):]
+    clip = clip[: clip.index("</svg>")]
+    assert "actor/clipfrac" in clip and "clip_ratio" not in clip  # PPO's clip, not responses cut at max_dec_len
+    assert 'aria-label="Responses cut at max_dec_len"' in page

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 
@@ -9,6 +10,7 @@ import pytest
 from tracking_helpers import jsonl_rows, read_vdl, vdl_files, vdl_scalars, vdl_tags
 
 from ppokit.tracking import Tracker
+from ppokit.tracking.vdl import left_out
 
 
 def test_scalars_read_back_with_logreader(dirs):
@@ -74,7 +76,7 @@ def test_hparams_keep_only_scalar_entries(dirs):
     assert set(infos) == {"learning_rate", "max_steps", "rl_algorithm"}
     assert infos["learning_rate"].float_value == pytest.approx(1e-6)
     assert infos["max_steps"].int_value == 20 and infos["rl_algorithm"].string_value == "grpo"
-    assert "1 reward/mean" in [m.name for m in record.hparam.metricInfos]
+    assert [m.name for m in record.hparam.metricInfos] == []  # no metric was logged: none is declared
 
 
 def test_scalars_come_before_the_hparams_so_visualdl_opens_on_the_charts(dirs):
@@ -93,7 +95,7 @@ def test_scalars_come_before_the_hparams_so_visualdl_opens_on_the_charts(dirs):
         record.ParseFromString(raw)
         kinds += [(v.WhichOneof("one_value"), v.tag) for v in record.values]
     kinds = [k for k in kinds if k[0] != "meta_data"]
-    assert kinds[:3] == [("value", "1 reward/mean"), ("value", "4 actor/kl"), ("hparam", "hparam")]
+    assert kinds[:3] == [("value", "reward/mean"), ("value", "actor/kl"), ("hparam", "hparam")]
 
 
 def test_hparams_of_a_run_without_scalars_are_written_at_close(dirs):
@@ -103,20 +105,56 @@ def test_hparams_of_a_run_without_scalars_are_written_at_close(dirs):
     assert read_vdl(vdl_files(vdl)[0]).get_data("hyper_parameters", "hparam")
 
 
-def test_groups_sort_with_the_reward_first_and_copies_are_not_written(dirs):
+def test_tags_are_the_metrics_keys_and_copies_and_flat_lines_are_not_written(dirs):
     out, vdl = dirs
     with Tracker(out, logging_dir=vdl) as t:
         for step in (1, 2, 3):
             t.log(step, {"actor/kl": 0.1, "critic/value_loss": 1.0, "timing/step_s": 2.0, "kl/beta": 0.1,
                          "reward/mean": step / 4, "reward/rule": step / 4, "reward/raw_mean": step / 4,
                          "reward/std": 0.1, "memory/rss_gb": 1.0, "eval/accuracy": 0.5, "eval/pass@1": 0.5,
-                         "eval/pass@4": 0.75, "eval/mean@4": 0.5})
+                         "eval/pass@4": 0.75, "eval/mean@4": 0.5, "eval/prompts": 30.0, "actor/clipfrac": 0.0,
+                         "actor/approx_kl": 0.0, "reward/skipped_groups": 0.0, "timing/ref_s": 2e-6,
+                         "advantages/mean": 0.01 * step, "returns/mean": 0.01 * step})
     tags = vdl_tags(vdl_files(vdl)[0], "scalar")
-    groups = list(dict.fromkeys(t.split("/")[0] for t in tags))
-    assert sorted(groups, key=str.upper) == ["1 reward", "2 eval", "4 actor", "5 critic", "6 kl", "7 timing",
-                                            "memory"]  # VisualDL's order (it opens the first)
-    assert [t for t in tags if t.startswith("1 reward")] == ["1 reward/mean", "1 reward/std"]  # no copies
-    assert sorted(t for t in tags if t.startswith("2 eval")) == ["2 eval/accuracy", "2 eval/mean@4", "2 eval/pass@4"]
+    groups = sorted(dict.fromkeys(t.split("/")[0] for t in tags), key=str.upper)
+    assert groups == ["actor", "advantages", "critic", "eval", "kl", "memory", "reward", "timing"]  # no rank prefix
+    assert [t for t in tags if t.startswith("reward")] == ["reward/mean", "reward/std"]  # no copies, no flat 0
+    assert sorted(t for t in tags if t.startswith("eval")) == ["eval/accuracy", "eval/mean@4", "eval/pass@4"]
+    assert [t for t in tags if t.startswith(("actor", "timing", "returns"))] == ["actor/kl", "timing/step_s"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    said = left_out(rows)  # what the report says once
+    assert sorted(said) == ["actor/approx_kl", "actor/clipfrac", "eval/pass@1", "eval/prompts", "returns/mean",
+                            "reward/raw_mean", "reward/rule", "reward/skipped_groups", "timing/ref_s"]
+    assert said["returns/mean"] == "the same as advantages/mean at every step"
+    assert said["eval/prompts"].startswith("constant 30: the size of the eval set")
+    assert said["actor/clipfrac"].startswith("constant 0: one update per rollout step")
+    assert said["timing/ref_s"].endswith("the phase did not run")
+
+
+def test_a_flat_series_that_moves_is_written_with_its_whole_history(dirs):
+    out, vdl = dirs
+    with Tracker(out, logging_dir=vdl) as t:
+        for step, clip in ((1, 0.0), (2, 0.0), (3, 0.25)):
+            t.log(step, {"reward/mean": 0.5, "actor/clipfrac": clip})
+    assert vdl_scalars(vdl_files(vdl)[0], "actor/clipfrac") == [(1, 0.0), (2, 0.0), (3, 0.25)]
+
+
+def test_the_hparams_table_starts_with_what_the_user_changed_and_declares_logged_metrics(dirs):
+    from ppokit.args import load_arguments
+
+    out, vdl = dirs
+    args = load_arguments(None, overrides=dict(actor_model_name_or_path="m", rollout_n=1, learning_rate=3e-6,
+                                               do_eval=True, max_steps=2, output_dir=str(out)))
+    with Tracker(out, logging_dir=vdl) as t:
+        t.log_hparams(args)
+        t.log(1, {"reward/mean": 0.5, "response_length/mean": 9.0})
+    (record,) = read_vdl(vdl_files(vdl)[0]).get_data("hyper_parameters", "hparam")
+    names = [h.name for h in record.hparam.hparamInfos]
+    assert names[:4] == ["actor_model_name_or_path", "learning_rate", "max_steps", "do_eval"]  # changed, ranked
+    assert "rollout_n" in names[4:]  # unchanged, but a key runs are compared by
+    assert "output_dir" not in names and len(names) < 30
+    metrics = [m.name for m in record.hparam.metricInfos]
+    assert metrics == ["reward/mean", "eval/accuracy", "response_length/mean"]  # actor/kl was never logged
 
 
 def test_two_reward_functions_are_written_even_while_they_equal_the_mean(dirs):
@@ -124,7 +162,7 @@ def test_two_reward_functions_are_written_even_while_they_equal_the_mean(dirs):
     with Tracker(out, logging_dir=vdl) as t:
         t.log(1, {"reward/mean": 0.0, "reward/rule": 0.0, "reward/format": 0.0})
     tags = vdl_tags(vdl_files(vdl)[0], "scalar")
-    assert sorted(tags) == ["1 reward/format", "1 reward/mean", "1 reward/rule"]
+    assert sorted(tags) == ["reward/format", "reward/mean", "reward/rule"]
 
 
 def test_a_copy_that_starts_to_differ_is_written_with_its_whole_history(dirs):
@@ -172,7 +210,7 @@ def test_resume_carries_visualdl_history_into_the_new_file(dirs):
 
     server_view = LogReader(logdir=str(vdl))
     assert server_view.logs() == {str(vdl / "out"): files[-1].name}
-    served = server_view.get_log_data("scalar", str(vdl / "out"), "1 reward%mean")  # VisualDL's internal form
+    served = server_view.get_log_data("scalar", str(vdl / "out"), "reward%mean")  # VisualDL's internal form
     assert [(step, value) for step, _, _, value in served] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
 
 

@@ -76,6 +76,26 @@ def test_plan_counts_optimizer_steps_and_decay_in_rollout_steps():
     assert plan.actor_schedule.decay_steps == 20  # 5 rollout steps x 4 optimizer steps
     assert plan.actor_schedule.warmup_steps == 3 == plan.critic_schedule.warmup_steps  # warmup_steps wins
     assert "40 optimizer steps (4 per rollout step)" in repr(plan)
+    assert "; 2 passes over mini-batches of 2 prompts" in repr(plan) and "critic: lr " in repr(plan)
+
+
+def test_the_plan_reads_as_text_and_grpo_shows_no_critic():
+    args = load_arguments(ROOT / "config" / "grpo_argument.json")
+    lines = run_plan(args, batch_plan(args, 1), None).lines()
+    assert lines[0] == "30 rollout steps (max_steps); 30 optimizer steps (1 per rollout step); lr 2e-05, warmup 0, " \
+                       "linear to 0"  # what the README quotes
+    assert "; 1 pass over mini-batches of 8 prompts" in lines[1]
+    assert not any(line.startswith("critic") for line in lines)  # GRPO trains no critic
+    assert lines[-1] == "evaluate every 10 steps; save every 10 steps; log every step"
+
+
+def test_the_arguments_repr_is_short_and_starts_with_what_differs_from_the_defaults():
+    args = load_arguments(ROOT / "config" / "grpo_argument.json", overrides={"temperature": 0.7})
+    text = repr(args)
+    assert text.startswith("Arguments(") and len(text) < 1500 and str(args) == text
+    assert text.splitlines()[1].strip().startswith("actor_model_name_or_path='smollm2-135m-instruct', rl_algorithm=")
+    assert "temperature=0.7" in text and "top_p=" not in text  # a default is counted, not shown
+    assert text.rstrip(")").endswith("keys at their defaults: args.to_dict() has them all")
 
 
 def tiny_overrides(path: Path, model_dir: str, data: str, tmp_path: Path) -> dict:
@@ -125,7 +145,8 @@ def test_every_config_logs_paddlenlp_learning_rates(path, tiny_model_path, tmp_p
 
             warmup = args.warmup_steps if args.warmup_steps > 0 else math.ceil(own("warmup_ratio") * total)
             decay = own("decay_steps")
-            expected = paddle_lr(step * optimizer_per_rollout, kind=own("lr_scheduler_type"), total=total,
+            # the rate of the rollout step's first optimizer step (the one it was trained with), not the next one's
+            expected = paddle_lr((step - 1) * optimizer_per_rollout, kind=own("lr_scheduler_type"), total=total,
                                  warmup=warmup, lr=own("learning_rate"), min_lr=own("min_learning_rate"),
                                  decay=None if decay is None else decay * optimizer_per_rollout)
             assert metrics[f"{side}/lr"] == pytest.approx(expected, rel=1e-6, abs=1e-15), (side, step)
@@ -143,8 +164,9 @@ def test_2024_epoch_file_trains_with_a_nonzero_learning_rate(tiny_model_path, tm
     assert (args.max_prompt_len, args.max_dec_len) == (32, 32)  # max_length was the whole budget in its era
     s = Session(args.model_copy(update={"max_dec_len": 4}), reward_functions=[letter_a])
     assert s.plan.rollout_steps == 8  # 1 epoch x 16 prompts / 2 per step
-    lrs = [s.step()["actor/lr"] for _ in range(4)]
-    assert all(lr > 0 for lr in lrs) and lrs == sorted(lrs, reverse=True)  # past warmup: cosine going down
+    lrs = [s.step()["actor/lr"] for _ in range(4)]  # each the rate its step's first optimizer step used
+    assert lrs[0] == 0.0  # warmup (1 optimizer step) starts from 0, as PaddleNLP's; the step's second one has 1e-5
+    assert all(lr > 0 for lr in lrs[1:]) and lrs[1:] == sorted(lrs[1:], reverse=True)  # cosine going down
     s.close()
 
 
