@@ -41,6 +41,7 @@ class RolloutBatch:
     temperature: float = 1.0  # sampling temperature of the rollout; log-probs are taken at the same one
     loss_mask: torch.Tensor | None = None  # (B, R) float32: 1 on the policy's own tokens; None -> response_mask
     turns: list[list[dict]] | None = None  # multi-turn only: per sequence its segments (see rollout.agent_loop)
+    reward_notes: list[dict] | None = None  # per sequence: what reward sources said (the judge's verdict)
 
     def __post_init__(self):
         if self.loss_mask is None:

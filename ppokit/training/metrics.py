@@ -178,6 +178,7 @@ def sample_rows(batch: RolloutBatch, limit: int = 4) -> list[dict]:
         if batch.advantages is not None:
             row["advantage"] = float(batch.advantages[i][batch.loss_mask[i] > 0][:1].sum())
         row.update({f"reward/{k}": float(v[i]) for k, v in batch.reward_terms.items()})
+        row.update(batch.reward_notes[i] if batch.reward_notes else {})  # e.g. the judge's verdict
         if batch.turns is not None:  # multi-turn: the final answer, the marked exchange and its segments
             from ppokit.rollout.agent_loop import turns_text
 

@@ -21,6 +21,7 @@ import torch
 from ppokit.algos.advantages import overlong_penalty, zero_std_groups
 from ppokit.args import ConfigError
 from ppokit.rewards import RewardServerError, compute_rewards, skipped_groups
+from ppokit.rewards.reports import take_reports
 from ppokit.rollout import SamplingParams
 from ppokit.training.actor import actor_update
 from ppokit.training.advantage import with_advantages
@@ -157,6 +158,8 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
     started = time.perf_counter()
     total, per_fn = compute_rewards(state.reward_fns, batch.prompt_texts, batch.response_texts,
                                     with_conversation(batch))
+    reported, notes = take_reports(state.reward_fns, len(batch))  # the judge's counts, cost and verdicts
+    batch = replace(batch, reward_notes=notes)
     if batch.turns is not None:  # multi-turn: the tools' step rewards (verl's execute / calc_reward) join the score
         per_fn["tool_step"] = tool_step_rewards(batch.turns)
         total = total + per_fn["tool_step"]
@@ -170,7 +173,7 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
                                    args.overlong_penalty_factor)
         per_fn["overlong"] = penalty
         total = total + penalty
-    stats = {**batch.stats, "reward/raw_mean": float(total.mean())}
+    stats = {**batch.stats, **reported, "reward/raw_mean": float(total.mean())}
     if args.normalize_reward and state.reward_normalizer is not None:
         total = state.reward_normalizer(total)  # PaddleNLP normalises first, then clips
     total = total.clamp(-args.clip_range_score, args.clip_range_score)
