@@ -28,11 +28,12 @@ class JudgeArguments(BaseModel):
         False, description="Allow a judge endpoint that is not on this machine (loopback only by default).")
     judge_template: str = Field(
         "score_10", description="Judge prompt: score_10 (1-10 against the reference answer), pairwise (answer vs "
-        "reference, both orders), rubric (each judge_rubric item yes/no), or a file path / inline Jinja or "
+        "reference, both orders), rubric (each judge_rubric item yes/no), yes_no (is the answer correct), or a file path / inline Jinja or "
         "{format} template of your own.")
-    judge_parser: Literal["score", "choice", "yes_no"] | None = Field(
+    judge_parser: Literal["score", "choice", "yes_no", "p_yes"] | None = Field(
         None, description="How a verdict becomes a number: score ('Score: N' on judge_score_range -> 0..1), choice "
-        "('Verdict: A|B|tie'), yes_no ('Verdict: yes|no'); None -> the template's own (score for a user template).")
+        "('Verdict: A|B|tie'), yes_no ('Verdict: yes|no' or a first word yes/no), p_yes (P(yes)/(P(yes)+P(no)) of "
+        "the first verdict token, for small judges); None -> the template's own (score for a user template).")
     judge_rubric: list[str] | None = Field(
         None, description="Rubric items for judge_template rubric (a record's 'rubric' field overrides them).")
     judge_score_range: tuple[float, float] = Field(

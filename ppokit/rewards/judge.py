@@ -1,7 +1,8 @@
 """An LLM judge as a reward source: `JudgeReward(client, template)` is a RewardFn.
 
 Per answer it asks the judge (see `judge_clients`) with a template (see `judge_templates`) and parses the verdict:
-    score     one call; "Score: N" on 1..10 -> (N - 1) / 9 in [0, 1]
+    score     one call; "Score: N" on 1..10 -> (N - 1) / 9 in [0, 1] (score_10); yes/no -> 1/0 (yes_no), or with
+              judge_parser p_yes the judge's P(yes) / (P(yes) + P(no)) on its first token (small judges)
     pairwise  two calls, the answer as A against the reference as B, then the other way round, so that a judge that
               prefers a position gains nothing: reward = (wins + ties / 2) / 2 in {0, 0.25, 0.5, 0.75, 1}
     rubric    one call per rubric item (`judge_rubric`, or a record's `rubric` field); reward = share of "yes"
@@ -25,7 +26,7 @@ from typing import Any
 
 from ppokit.rewards.errors import RewardError
 from ppokit.rewards.judge_clients import JudgeClient, JudgeReply
-from ppokit.rewards.judge_templates import Template, parse_choice, parse_score, parse_yes_no
+from ppokit.rewards.judge_templates import Template, parse_choice, parse_p_yes, parse_score, parse_yes_no
 
 log = logging.getLogger("ppokit")
 NOTE_CHARS = 2000  # verdict text kept per call in samples.jsonl
@@ -146,7 +147,7 @@ class JudgeReward:
             if reply.error is not None:
                 errors.setdefault(job.item, reply.error)
                 continue
-            value = self._parse(job, reply.text)
+            value = self._parse(job, reply)
             if value is None:
                 unparsed.setdefault(job.item, reply.text)
             else:
@@ -158,8 +159,10 @@ class JudgeReward:
             notes[i]["judge_verdict"] = "\n---\n".join(notes[i]["judge_verdict"])
         return values, notes, unparsed, errors
 
-    def _parse(self, job: _Job, text: str) -> float | None:
-        parser = self.template.parser
+    def _parse(self, job: _Job, reply: JudgeReply) -> float | None:
+        parser, text = self.template.parser, reply.text
+        if parser == "p_yes":
+            return parse_p_yes(reply.first_token_probs)
         if parser == "choice":
             choice = parse_choice(text)
             if choice is None:

@@ -28,7 +28,8 @@ def backend_of(model: str, backend: str | None) -> str:
 
 def judge_client(model: str, backend: str | None = None, *, api_model: str | None = None, max_new_tokens: int = 256,
                  temperature: float = 0.0, seed: int = 0, batch_size: int = 8, concurrency: int = 8,
-                 timeout: float = 60.0, max_retries: int = 3, allow_remote: bool = False, token: str | None = None):
+                 timeout: float = 60.0, max_retries: int = 3, allow_remote: bool = False, token: str | None = None,
+                 want_probs: bool = False):
     """The client for `model` (a URL, a folder, a .gguf file or an alias); a load failure is a RewardError."""
     from ppokit.rewards import judge_clients as jc
 
@@ -37,7 +38,7 @@ def judge_client(model: str, backend: str | None = None, *, api_model: str | Non
         if kind == "openai":
             return jc.HttpJudge(model, api_model=api_model, max_new_tokens=max_new_tokens, temperature=temperature,
                                 seed=seed, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
-                                token=token, allow_remote=allow_remote)
+                                token=token, allow_remote=allow_remote, want_probs=want_probs)
         if kind == "vllm":
             return jc.VllmJudge(model, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
         return jc.LocalJudge(model, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
@@ -58,7 +59,7 @@ def judge_reward(args: Any) -> NamedReward:
         temperature=float(_attr(args, "judge_temperature", 0.0)), seed=int(_attr(args, "seed", 0)),
         batch_size=int(_attr(args, "judge_batch_size", 8)), concurrency=int(_attr(args, "judge_concurrency", 8)),
         timeout=float(_attr(args, "reward_timeout", 60.0)), max_retries=int(_attr(args, "reward_max_retries", 3)),
-        allow_remote=bool(_attr(args, "judge_allow_remote", False)))
+        allow_remote=bool(_attr(args, "judge_allow_remote", False)), want_probs=_attr(args, "judge_parser") == "p_yes")
     return NamedReward(name="judge", fn=make_judge(client, args), allow_none=on_error == "skip_group",
                        locate_errors=False)
 

@@ -29,6 +29,10 @@ class JudgeReply:
     text: str = ""
     tokens: int = 0  # prompt + completion tokens this conversation cost
     error: str | None = None  # why there is no verdict (timeout, endpoint error), a sentence
+    first_token_probs: dict[str, float] | None = None  # the likeliest first verdict tokens (judge_parser: p_yes)
+
+
+TOP_TOKENS = 20  # first-token alternatives kept for the p_yes parser
 
 
 class JudgeClient(Protocol):
@@ -80,7 +84,8 @@ class LocalJudge:
 
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         sample = self.temperature > 0
-        options = dict(do_sample=sample, max_new_tokens=self.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id)
+        options = dict(do_sample=sample, max_new_tokens=self.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id,
+                       return_dict_in_generate=True, output_logits=True)
         if sample:
             options.update(temperature=self.temperature, top_p=1.0, top_k=0)
         else:  # greedy: clear any sampling defaults of the model's generation_config
@@ -90,17 +95,22 @@ class LocalJudge:
         with torch.no_grad(), torch.random.fork_rng(devices=devices):
             torch.manual_seed(self.seed * 1_000_003 + self.calls)
             generated = self.model.generate(**enc, **options)
-        new = generated[:, enc["input_ids"].shape[1]:]
+        new = generated.sequences[:, enc["input_ids"].shape[1]:]
+        first = torch.softmax(generated.logits[0].float(), dim=-1).topk(TOP_TOKENS, dim=-1)
         eos = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
         replies = []
-        for row, mask in zip(new.tolist(), enc["attention_mask"].tolist()):
+        for i, (row, mask) in enumerate(zip(new.tolist(), enc["attention_mask"].tolist())):
+            probs: dict[str, float] = {}
+            for p, t in zip(first.values[i].tolist(), first.indices[i].tolist()):
+                word = self.tokenizer.decode([t])
+                probs[word] = probs.get(word, 0.0) + p
             kept = []
             for token in row:
                 if token in eos:
                     break
                 kept.append(token)
             text = self.tokenizer.decode(kept, skip_special_tokens=True)
-            replies.append(JudgeReply(text=text, tokens=int(sum(mask)) + len(kept)))
+            replies.append(JudgeReply(text=text, tokens=int(sum(mask)) + len(kept), first_token_probs=probs))
         return replies
 
 
@@ -122,12 +132,20 @@ class VllmJudge:
         self.name = str(model_path)
         self.llm = vllm.LLM(model=resolve_model_path(model_path), seed=seed,
                             gpu_memory_utilization=gpu_memory_utilization)
-        self.params = vllm.SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
+        self.params = vllm.SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed,
+                                          logprobs=TOP_TOKENS)
 
     def complete(self, conversations: Sequence[list[dict]]) -> list[JudgeReply]:
+        import math
+
         outputs = self.llm.chat(list(conversations), self.params, use_tqdm=False)
-        return [JudgeReply(text=o.outputs[0].text,
-                           tokens=len(o.prompt_token_ids or []) + len(o.outputs[0].token_ids)) for o in outputs]
+        replies = []
+        for o in outputs:
+            first = (o.outputs[0].logprobs or [{}])[0] if o.outputs[0].logprobs else {}
+            probs = {(lp.decoded_token or ""): math.exp(lp.logprob) for lp in first.values()}
+            replies.append(JudgeReply(text=o.outputs[0].text, first_token_probs=probs or None,
+                                      tokens=len(o.prompt_token_ids or []) + len(o.outputs[0].token_ids)))
+        return replies
 
 
 # ---------------------------------------------------------------- OpenAI-compatible HTTP
@@ -161,7 +179,8 @@ class HttpJudge:
 
     def __init__(self, url: str, api_model: str | None = None, max_new_tokens: int = 256, temperature: float = 0.0,
                  seed: int = 0, concurrency: int = 8, timeout: float = 60.0, max_retries: int = 3,
-                 token: str | None = None, allow_remote: bool = False, transport=None, backoff: float = 1.0):
+                 token: str | None = None, allow_remote: bool = False, transport=None, backoff: float = 1.0,
+                 want_probs: bool = False):
         import httpx
 
         if not url.startswith(("http://", "https://")):
@@ -176,6 +195,8 @@ class HttpJudge:
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.concurrency = max(1, concurrency)
         self.body = {"max_tokens": max_new_tokens, "temperature": temperature, "seed": seed}
+        if want_probs:  # judge_parser p_yes: the first token's alternatives (vLLM's and OpenAI's servers give them)
+            self.body.update(logprobs=True, top_logprobs=TOP_TOKENS)
         self.api_model = api_model or self._first_model()
 
     def _first_model(self) -> str:
@@ -233,4 +254,15 @@ def _reply(resp, url: str) -> JudgeReply:
                                 f"({type(exc).__name__}: {exc}): {resp.text[:200]}")
     if not isinstance(text, str):
         return JudgeReply(error=f"judge endpoint {url} sent message content {text!r}, not text")
-    return JudgeReply(text=text, tokens=tokens)
+    return JudgeReply(text=text, tokens=tokens, first_token_probs=_first_probs(data))
+
+
+def _first_probs(data: dict) -> dict[str, float] | None:
+    """{token: probability} of the first completion token's top_logprobs, when the endpoint sent them."""
+    import math
+
+    try:
+        first = data["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        return {str(t["token"]): math.exp(float(t["logprob"])) for t in first}
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None

@@ -5,6 +5,7 @@ A template renders the judge's chat messages for one question; three are built i
     score_10   "rate the answer from 1 to 10 against the reference answer"   parser: score (1..10 -> 0..1)
     pairwise   "which answer is better, A or B?"                              parser: choice (A / B / tie)
     rubric     "does the answer meet this rubric item? yes or no" (one call per item) parser: yes_no
+    yes_no     "is the answer correct? one word: yes or no"                   parser: yes_no (or p_yes)
 
 A user's own template is a file path or inline text: Jinja (`{{ question }}`, `{% if reference %}`) when it holds
 `{{` or `{%`, else Python format fields (`{question}`). Its fields: question, answer, reference, answer_a,
@@ -59,9 +60,22 @@ Rubric item: {{ item }}
 Does the answer meet this rubric item? Write one sentence of reasoning, then a last line exactly like: Verdict: yes \
 (or Verdict: no)"""
 
-BUILTIN = {"score_10": (SCORE_10, "score"), "pairwise": (PAIRWISE, "choice"), "rubric": (RUBRIC, "yes_no")}
-PARSERS = ("score", "choice", "yes_no")
-MODES = {"score_10": "score", "pairwise": "pairwise", "rubric": "rubric"}
+YES_NO = """Question:
+{{ question }}
+{% if reference %}
+Reference answer:
+{{ reference }}
+{% endif %}
+Given answer:
+{{ answer }}
+
+Is the given answer correct{% if reference %} (the same as the reference answer){% endif %}? Reply with one word: \
+yes or no."""
+
+BUILTIN = {"score_10": (SCORE_10, "score"), "pairwise": (PAIRWISE, "choice"), "rubric": (RUBRIC, "yes_no"),
+           "yes_no": (YES_NO, "yes_no")}
+PARSERS = ("score", "choice", "yes_no", "p_yes")
+MODES = {"score_10": "score", "pairwise": "pairwise", "rubric": "rubric", "yes_no": "score"}
 
 
 @dataclass(frozen=True)
@@ -156,7 +170,22 @@ def parse_choice(text: str) -> str | None:
 
 
 def parse_yes_no(text: str) -> float | None:
-    """1.0 for the last `Verdict: yes`, 0.0 for no; else a verdict that is only the word yes/no; else None."""
+    """1.0 for the last `Verdict: yes`, 0.0 for no; else a verdict whose first word is yes or no; else None."""
     found = _VERDICT.findall(text)
-    word = found[-1].lower() if found else text.strip().strip(".!*").lower()
+    words = re.findall(r"[A-Za-z]+", text)
+    word = found[-1].lower() if found else (words[0].lower() if words else "")
     return {"yes": 1.0, "no": 0.0}.get(word)
+
+
+def parse_p_yes(first_token_probs: dict[str, float] | None) -> float | None:
+    """P(yes) / (P(yes) + P(no)) over the judge's most likely first tokens (any case, spaces stripped): a graded
+    verdict that needs no parsing of free text; None when neither word is among them (or no probabilities came)."""
+    if not first_token_probs:
+        return None
+    p = {"yes": 0.0, "no": 0.0}
+    for token, prob in first_token_probs.items():
+        word = token.strip().lower()
+        if word in p:
+            p[word] += prob
+    total = p["yes"] + p["no"]
+    return p["yes"] / total if total > 0 else None
