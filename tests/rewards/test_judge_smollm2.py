@@ -40,8 +40,10 @@ def test_smollm2_judge_agrees_with_the_rule_reward_better_than_chance(capsys):
     from ppokit.rewards.judge_templates import load_template
 
     prompts, answers, labels, records, rule = arithmetic_answers(N)
-    client = LocalJudge("smollm2-135m-instruct", max_new_tokens=48, batch_size=16, device="cpu")
-    judge = JudgeReward(client, load_template("score_10"), on_error="skip_group")
+    # A 135M judge does not follow "reason, then Score: N" (it answers the question itself: 0 of 16 verdicts parsed
+    # with score_10), so it is asked yes/no and its first token's P(yes) / (P(yes) + P(no)) is the score.
+    client = LocalJudge("smollm2-135m-instruct", max_new_tokens=3, batch_size=8, device="cpu")
+    judge = JudgeReward(client, load_template("yes_no", parser="p_yes"), on_error="skip_group")
     scores = judge(prompts, answers, label=labels, records=records)
     report = judge.take_report()
     pairs = [(s, r) for s, r in zip(scores, rule) if s is not None]
@@ -59,4 +61,7 @@ def test_smollm2_judge_agrees_with_the_rule_reward_better_than_chance(capsys):
         wrong = statistics.mean(s for s, t in pairs if t == 0)
         print(f"SmolLM2 judge vs rule reward: Pearson r = {r:.3f} on {len(pairs)} answers (z = {z:.2f}); "
               f"mean judge score {right:.3f} on right answers, {wrong:.3f} on wrong ones")
+        for i in range(6):  # verdicts beside answers (docs/rewards.md)
+            print(f"{prompts[i]!r} reference {labels[i]} answer {answers[i]}: rule {rule[i]:g}, judge "
+                  f"{scores[i]:.3f}, verdict {report.notes[i]['judge_verdict']!r}")
     assert z > 1.645
