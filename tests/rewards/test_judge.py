@@ -11,7 +11,7 @@ from ppokit.rewards import RewardError, build_reward_functions, compute_rewards,
 from ppokit.rewards.judge import JudgeReward
 from ppokit.rewards.judge_build import make_judge
 from ppokit.rewards.judge_clients import JudgeReply
-from ppokit.rewards.judge_templates import load_template, parse_choice, parse_score, parse_yes_no
+from ppokit.rewards.judge_templates import load_template, parse_choice, parse_p_yes, parse_score, parse_yes_no
 from ppokit.rewards.reports import take_reports
 
 
@@ -77,10 +77,25 @@ def test_parse_choice(text, choice):
 
 @pytest.mark.parametrize("text, value", [
     ("It does.\nVerdict: yes", 1.0), ("Verdict: No", 0.0), ("yes", 1.0), ("No.", 0.0), ("maybe", None),
-    ("Verdict: perhaps", None),
+    ("Verdict: perhaps", None), ("Yes, it is 7.", 1.0), ("The answer is yes", None), ("", None),
 ])
 def test_parse_yes_no(text, value):
     assert parse_yes_no(text) == value
+
+
+def test_parse_p_yes():
+    assert parse_p_yes({"Yes": 0.3, " yes": 0.1, "No": 0.4, "The": 0.2}) == pytest.approx(0.5)
+    assert parse_p_yes({"no": 0.9, "Yes": 0.1}) == pytest.approx(0.1)
+    assert parse_p_yes({"The": 0.9}) is None and parse_p_yes(None) is None
+
+
+def test_p_yes_parser_scores_from_first_token_probabilities():
+    j = JudgeReward(Scripted(lambda t: JudgeReply(text="No", tokens=2, first_token_probs={"Yes": 0.2, "No": 0.6})),
+                    load_template("yes_no", parser="p_yes"))
+    assert j(["q"], ["a"], label=["b"]) == [pytest.approx(0.25)]
+    bare = JudgeReward(Scripted(lambda t: "No"), load_template("yes_no", parser="p_yes"))
+    with pytest.raises(RewardError, match="did not parse as p_yes"):
+        bare(["q"], ["a"], label=["b"])
 
 
 # ---------------------------------------------------------------- templates

@@ -96,6 +96,32 @@ def test_5xx_and_timeouts_are_retried_then_reported():
     assert reply.error and "failed 3 tries" in reply.error and "timed out after 1.5 s" in reply.error
 
 
+def test_p_yes_asks_the_endpoint_for_top_logprobs():
+    import json
+    import math
+
+    seen = []
+
+    def handler(request):
+        seen.append(json.loads(request.content))
+        top = [{"token": "Yes", "logprob": math.log(0.6)}, {"token": "No", "logprob": math.log(0.2)}]
+        return httpx.Response(200, json={"choices": [{"message": {"content": "Yes"},
+                                                      "logprobs": {"content": [{"token": "Yes", "top_logprobs": top}]}}]})
+
+    reply = _mock(handler, want_probs=True).complete([conv("4")])[0]
+    assert seen[0]["logprobs"] is True and seen[0]["top_logprobs"] == 20
+    assert reply.first_token_probs == pytest.approx({"Yes": 0.6, "No": 0.2})
+    assert "logprobs" not in _mock_body()
+
+
+def _mock_body():
+    seen = []
+    _mock(lambda r: seen.append(r.content) or _ok()).complete([conv("4")])
+    import json
+
+    return json.loads(seen[0])
+
+
 def test_4xx_is_not_retried_and_a_malformed_answer_is_an_error():
     calls = []
 
