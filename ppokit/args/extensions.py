@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
 from ppokit.algorithms import POLICY_LOSS_NAMES
 
+from .judge import JudgeArguments
 from .model_data import GROUP_CONFIG
 
 KlEstimator = Literal["k1", "k2", "k3", "abs"]
@@ -15,7 +16,7 @@ VERL_KL_NAMES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 
 
-class PpokitArguments(BaseModel):
+class PpokitArguments(JudgeArguments):  # the judge's keys live in judge.py
     """Keys ppokit adds (DESIGN.md section 4); PaddleNLP files never contain them."""
 
     model_config = GROUP_CONFIG

@@ -7,8 +7,9 @@ order `reward_weights` refers to):
      configured (no reward_functions, use_rm_server or reward_model_name_or_path) and the records carry a
      `task` or the `task` argument names a default task;
   2. each `reward_functions` entry (`file.py:fn`), named by its function;
-  3. `reward_server` — the HTTP client, when `use_rm_server` is true;
-  4. `reward_model` — a sequence-classification reward model at `reward_model_name_or_path`, scored in
+  3. `judge` — the LLM judge (`judge_model` and the `judge_*` keys; ppokit.rewards.judge), when judge_model is set;
+  4. `reward_server` — the HTTP client, when `use_rm_server` is true;
+  5. `reward_model` — a sequence-classification reward model at `reward_model_name_or_path`, scored in
      batches of `per_device_reward_batch_size`, unless `use_rule_reward` or `use_rm_server` is true (as in
      PaddleNLP, which loads no reward model then; for PPO the path still initialises the critic). An explicit
      reward model is never replaced by a `task` field in the data.
@@ -105,12 +106,18 @@ def build_reward_functions(args: Any, records: Sequence[dict] | None = None, bas
     has_tasks = any(r.get("task") for r in records or [])
     model_path = _attr(args, "reward_model_name_or_path")
     explicit_rule = bool(_attr(args, "use_rule_reward", False))
-    use_rule = explicit_rule or (not custom and not use_server and not model_path and (has_tasks or bool(default_task)))
+    judge = _attr(args, "judge_model")
+    use_rule = explicit_rule or (not custom and not use_server and not model_path and not judge
+                                 and (has_tasks or bool(default_task)))
     fns: list[NamedReward] = []
     if use_rule:
         fns.append(NamedReward(name="rule", fn=make_rule_reward(default_task)))
     fns.extend(custom)
     fns = in_process_deadline(fns, args)
+    if judge:  # its calls have their own timeouts and error policy (reward_timeout, reward_on_error)
+        from ppokit.rewards.judge_build import judge_reward
+
+        fns.append(judge_reward(args))
     if use_server:
         fns.append(_server_reward(args))
     if model_path and not explicit_rule and not use_server:
@@ -122,7 +129,7 @@ def build_reward_functions(args: Any, records: Sequence[dict] | None = None, bas
         raise RewardError(
             "no reward is configured; set use_rule_reward (each record's `task`, the `task` argument, or "
             "the task detected from prompt and label), reward_functions: 'file.py:fn', use_rm_server with "
-            "reward_server, or reward_model_name_or_path" + unknown_source_hint(records)
+            "reward_server, judge_model, or reward_model_name_or_path" + unknown_source_hint(records)
         )
     fns = _weighted(_unique(fns), _attr(args, "reward_weights"))
     _announce(fns, args, use_rule and not explicit_rule)
@@ -133,7 +140,8 @@ def _announce(fns: list[NamedReward], args: Any, implicit_rule: bool) -> None:
     """Log which reward sources are scored, and any configured source that is not."""
     why = {"rule": "use_rule_reward" if not implicit_rule else "the records' task field / the task argument",
            "reward_server": f"use_rm_server, {_attr(args, 'reward_server')}",
-           "reward_model": f"reward_model_name_or_path {_attr(args, 'reward_model_name_or_path')}"}
+           "reward_model": f"reward_model_name_or_path {_attr(args, 'reward_model_name_or_path')}",
+           "judge": f"judge_model {_attr(args, 'judge_model')}, template {_attr(args, 'judge_template', 'score_10')}"}
     listed = "; ".join(f"reward/{f.name} (weight {f.weight:g}, {why.get(f.name, 'reward_functions')})" for f in fns)
     logger.info("reward sources: %s%s", listed, "; the reward is their weighted sum" if len(fns) > 1 else "")
     model_path = _attr(args, "reward_model_name_or_path")

@@ -101,12 +101,41 @@ def model_scorer(path: str, batch_size: int = 8, device: str | None = None) -> S
     return score
 
 
+def judge_scorer(judge) -> Scorer:
+    """Score items with a JudgeReward (ppokit.rewards.judge); each item's details carry its verdict and the judge's
+    tokens. Unparsed verdicts and failed judge calls are a RewardError (HTTP 500 naming the item), so the training
+    side's client counts them and follows its own reward_on_error. One request at a time reaches the judge."""
+    lock = threading.Lock()
+
+    def score(items: list[dict]) -> list[Scored]:
+        records = [_item_record(i, item, item.get("task")) for i, item in enumerate(items)]
+        rubric = [(r["fields"] or {}).get("rubric") for r in records]
+        with lock:
+            values = judge([r["prompt"] for r in records], [item.get("response") or "" for item in items],
+                           label=[r["label"] for r in records], records=records, rubric=rubric)
+            report = judge.take_report()
+        notes = report.notes if report is not None else [{} for _ in items]
+        return [(float(v), dict(note)) for v, note in zip(values, notes)]
+
+    return score
+
+
 def build_scorer(task: str | None = None, function: str | None = None, model: str | None = None,
-                 get_task: Callable | None = None) -> Scorer:
-    """The scorer for `reward_server.py`'s --task / --function / --model (at most one; none = detect tasks)."""
-    given = [name for name, v in (("--task", task), ("--function", function), ("--model", model)) if v]
+                 get_task: Callable | None = None, judge: str | None = None, judge_options: dict | None = None) -> Scorer:
+    """The scorer for `reward_server.py`'s --task / --function / --model / --judge (at most one; none = detect
+    tasks). judge_options: judge_* keys (judge_template, judge_parser, judge_rubric, ...) and their values."""
+    given = [name for name, v in (("--task", task), ("--function", function), ("--model", model),
+                                  ("--judge", judge)) if v]
     if len(given) > 1:
         raise RewardError(f"choose one scorer, not {' and '.join(given)}")
+    if judge:
+        from types import SimpleNamespace
+
+        from ppokit.rewards.judge_build import judge_reward
+
+        options = dict(judge_options or {})
+        return judge_scorer(judge_reward(SimpleNamespace(**{**options, "judge_model": judge,
+                                                            "reward_on_error": "raise"})).fn)
     if function:
         return function_scorer(load_reward_function(function))
     if model:

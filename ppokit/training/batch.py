@@ -48,6 +48,7 @@ class RolloutBatch:
     score_fields: list[dict] | None = None  # per sequence, extra fields its reward functions see (conversation)
     rollout_rewards: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B,) earned in the rollout
     policy_version: torch.Tensor | None = None  # (B,) int64: updates done when the weights that generated it synced
+    reward_notes: list[dict] | None = None  # per sequence: what reward sources said (the judge's verdict)
 
     def __post_init__(self):
         if self.loss_mask is None:

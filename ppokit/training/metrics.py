@@ -180,6 +180,7 @@ def sample_rows(batch: RolloutBatch, limit: int = 4) -> list[dict]:
         if batch.advantages is not None:
             row["advantage"] = float(batch.advantages[i][batch.loss_mask[i] > 0][:1].sum())
         row.update({f"reward/{k}": float(v[i]) for k, v in batch.reward_terms.items()})
+        row.update(batch.reward_notes[i] if batch.reward_notes else {})  # e.g. the judge's verdict
         if exchange:  # a view: the final answer, the marked exchange and its segments
             row["answer"], row["response"] = row["response"], turns_text(batch.turns[i])
             row["turns"] = [{"role": t["role"], "text": t["text"]} for t in batch.turns[i]]

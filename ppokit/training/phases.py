@@ -24,6 +24,7 @@ import torch
 from ppokit.algos.advantages import overlong_penalty, zero_std_groups
 from ppokit.args import ConfigError
 from ppokit.rewards import RewardServerError, score_responses, skipped_groups
+from ppokit.rewards.reports import take_reports
 from ppokit.rollout import SamplingParams
 from ppokit.training.actor import actor_update
 from ppokit.training.advantage import with_advantages
@@ -163,6 +164,8 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
     """
     started = time.perf_counter()
     total, per_fn = rewards_of(state, batch)
+    reported, notes = take_reports(state.reward_fns, len(batch))  # the judge's counts, cost and verdicts
+    batch = replace(batch, reward_notes=notes)
     balanced = 0
     # a collective under skip_group, which every rank takes (NaN rewards come only from skip_group's reward sources)
     if args.reward_on_error == "skip_group" or torch.isnan(total).any():
@@ -173,7 +176,7 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
                                    args.overlong_penalty_factor)
         per_fn["overlong"] = penalty
         total = total + penalty
-    stats = {**batch.stats, "reward/raw_mean": float(total.mean())}
+    stats = {**batch.stats, **reported, "reward/raw_mean": float(total.mean())}
     if args.normalize_reward and state.reward_normalizer is not None:
         total = state.reward_normalizer(total)  # PaddleNLP normalises first, then clips
     total = total.clamp(-args.clip_range_score, args.clip_range_score)

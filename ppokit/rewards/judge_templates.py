@@ -1,0 +1,191 @@
+"""The judge's prompts and the parsers that turn its verdicts into numbers.
+
+A template renders the judge's chat messages for one question; three are built in:
+
+    score_10   "rate the answer from 1 to 10 against the reference answer"   parser: score (1..10 -> 0..1)
+    pairwise   "which answer is better, A or B?"                              parser: choice (A / B / tie)
+    rubric     "does the answer meet this rubric item? yes or no" (one call per item) parser: yes_no
+    yes_no     "is the answer correct? one word: yes or no"                   parser: yes_no (or p_yes)
+
+A user's own template is a file path or inline text: Jinja (`{{ question }}`, `{% if reference %}`) when it holds
+`{{` or `{%`, else Python format fields (`{question}`). Its fields: question, answer, reference, answer_a,
+answer_b (pairwise), item (rubric). Its parser is `judge_parser` (score by default).
+
+Parsers return a number, or None when the verdict does not say one clearly (the caller counts it; nothing here
+guesses a default).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+SYSTEM = "You are a strict, fair grader. Reason briefly, then give your verdict in the exact format asked for."
+
+SCORE_10 = """Question:
+{{ question }}
+{% if reference %}
+Reference answer:
+{{ reference }}
+{% endif %}
+Answer to grade:
+{{ answer }}
+
+Rate the answer from 1 (wrong or useless) to 10 (fully correct{% if reference %} and consistent with the reference \
+answer{% endif %}). Write one or two sentences of reasoning, then a last line exactly like: Score: 7"""
+
+PAIRWISE = """Question:
+{{ question }}
+
+Answer A:
+{{ answer_a }}
+
+Answer B:
+{{ answer_b }}
+
+Which answer is better (more correct, more helpful)? Write one or two sentences of reasoning, then a last line \
+exactly like: Verdict: A   (or Verdict: B, or Verdict: tie)"""
+
+RUBRIC = """Question:
+{{ question }}
+{% if reference %}
+Reference answer:
+{{ reference }}
+{% endif %}
+Answer to check:
+{{ answer }}
+
+Rubric item: {{ item }}
+Does the answer meet this rubric item? Write one sentence of reasoning, then a last line exactly like: Verdict: yes \
+(or Verdict: no)"""
+
+YES_NO = """Question:
+{{ question }}
+{% if reference %}
+Reference answer:
+{{ reference }}
+{% endif %}
+Given answer:
+{{ answer }}
+
+Is the given answer correct{% if reference %} (the same as the reference answer){% endif %}? Reply with one word: \
+yes or no."""
+
+BUILTIN = {"score_10": (SCORE_10, "score"), "pairwise": (PAIRWISE, "choice"), "rubric": (RUBRIC, "yes_no"),
+           "yes_no": (YES_NO, "yes_no")}
+PARSERS = ("score", "choice", "yes_no", "p_yes")
+MODES = {"score_10": "score", "pairwise": "pairwise", "rubric": "rubric", "yes_no": "score"}
+
+
+@dataclass(frozen=True)
+class Template:
+    """A judge prompt: `render(**fields) -> messages`, the mode it is used in and the parser of its verdicts."""
+
+    name: str
+    text: str
+    parser: str  # score | choice | yes_no
+    mode: str  # score (one call per answer) | pairwise (two calls, both orders) | rubric (one call per item)
+    jinja: bool = True
+    system: str | None = SYSTEM
+
+    def render(self, **fields) -> list[dict]:
+        if self.jinja:
+            import jinja2
+
+            env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False)
+            try:
+                user = env.from_string(self.text).render(**fields)
+            except jinja2.TemplateError as exc:
+                raise ValueError(f"judge template {self.name!r} could not be rendered: {exc}; its fields are "
+                                 f"{sorted(fields)}") from exc
+        else:
+            try:
+                user = self.text.format(**fields)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"judge template {self.name!r} names a field it was not given ({exc}); its fields "
+                                 f"are {sorted(fields)}") from exc
+        user = re.sub(r"\n{3,}", "\n\n", user).strip()
+        return ([{"role": "system", "content": self.system}] if self.system else []) + [{"role": "user", "content": user}]
+
+
+def load_template(spec: str, parser: str | None = None, mode: str | None = None) -> Template:
+    """A built-in template by name, or the user's template from a file path or inline text.
+
+    parser: score | choice | yes_no; None -> the built-in's own, or score for a user template.
+    mode: score | pairwise | rubric; None -> the built-in's own, else pairwise for a choice parser, rubric for a
+    template naming `item`, score otherwise.
+    """
+    if parser is not None and parser not in PARSERS:
+        raise ValueError(f"judge_parser is {parser!r}; use one of {', '.join(PARSERS)}")
+    if spec in BUILTIN:
+        text, own = BUILTIN[spec]
+        return Template(spec, text, parser or own, mode or MODES[spec])
+    path = Path(spec).expanduser()
+    looks_like_path = "\n" not in spec and len(spec) < 4096 and spec.endswith((".j2", ".jinja", ".txt", ".md"))
+    if looks_like_path and not path.is_file():
+        raise ValueError(f"judge_template {spec!r} is neither a built-in template ({', '.join(BUILTIN)}) nor an "
+                         "existing file; give a template name, a file path or the template text itself")
+    name, text = (str(path), path.read_text(encoding="utf-8")) if looks_like_path else ("inline", spec)
+    jinja = "{{" in text or "{%" in text
+    parser = parser or "score"
+    if mode is None:
+        mode = "pairwise" if parser == "choice" else "rubric" if re.search(r"{{?\s*item\b", text) else "score"
+    if not re.search(r"{{?\s*(answer|answer_a)\b", text):
+        raise ValueError(f"judge template {name!r} never names the answer ({{{{ answer }}}} or {{answer}}); the judge "
+                         "would not see what it grades")
+    return Template(name, text, parser, mode, jinja=jinja)
+
+
+# ---------------------------------------------------------------- parsers
+
+_SCORE = re.compile(r"score\s*(?:[:=]|is)\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
+_OUT_OF = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:/|out of)\s*(\d+)", re.IGNORECASE)
+_VERDICT = re.compile(r"verdict\s*[:=]\s*\**\s*\[?\s*([A-Za-z]+)", re.IGNORECASE)
+
+
+def parse_score(text: str, low: float = 1.0, high: float = 10.0) -> float | None:
+    """The last `Score: N` (else the last `N/high` or `N out of high`) in the verdict, mapped linearly from
+    [low, high] to [0, 1]; None when there is none or it lies outside [low, high]."""
+    found = _SCORE.findall(text)
+    if found:
+        value = float(found[-1])
+    else:
+        pairs = [(float(n), float(d)) for n, d in _OUT_OF.findall(text) if float(d) == high]
+        if not pairs:
+            return None
+        value = pairs[-1][0]
+    if not low <= value <= high:
+        return None
+    return (value - low) / (high - low)
+
+
+def parse_choice(text: str) -> str | None:
+    """'A', 'B' or 'tie' from the last `Verdict: X`; None for anything else."""
+    found = _VERDICT.findall(text)
+    if not found:
+        return None
+    word = found[-1].strip().lower()
+    return {"a": "A", "b": "B", "tie": "tie", "equal": "tie", "draw": "tie"}.get(word)
+
+
+def parse_yes_no(text: str) -> float | None:
+    """1.0 for the last `Verdict: yes`, 0.0 for no; else a verdict whose first word is yes or no; else None."""
+    found = _VERDICT.findall(text)
+    words = re.findall(r"[A-Za-z]+", text)
+    word = found[-1].lower() if found else (words[0].lower() if words else "")
+    return {"yes": 1.0, "no": 0.0}.get(word)
+
+
+def parse_p_yes(first_token_probs: dict[str, float] | None) -> float | None:
+    """P(yes) / (P(yes) + P(no)) over the judge's most likely first tokens (any case, spaces stripped): a graded
+    verdict that needs no parsing of free text; None when neither word is among them (or no probabilities came)."""
+    if not first_token_probs:
+        return None
+    p = {"yes": 0.0, "no": 0.0}
+    for token, prob in first_token_probs.items():
+        word = token.strip().lower()
+        if word in p:
+            p[word] += prob
+    total = p["yes"] + p["no"]
+    return p["yes"] / total if total > 0 else None
