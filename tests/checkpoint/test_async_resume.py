@@ -1,5 +1,5 @@
 """A resumed asynchronous run (staleness_threshold k > 0) consumes the batches the uninterrupted one would have:
-the checkpoint holds the queue of produced, not yet consumed batches (rollout_queue_<rank>.pt), issue 37."""
+the checkpoint holds the queue of produced, not yet consumed batches (state_rollout_queue_<rank>.pt, a part registered through the checkpoint state protocol), issue 37."""
 
 import shutil
 
@@ -21,7 +21,7 @@ def test_a_resumed_asynchronous_run_continues_exactly(tiny_model_dir, tmp_path):
     for _ in range(2):
         a.step()
     path = a.save()
-    assert (path / "rollout_queue_0.pt").is_file()
+    assert (path / "state_rollout_queue_0.pt").is_file()
     queued = a.pipeline.versions()
     rest = [numbers(a.step()) for _ in range(2)]
     shutil.copytree(path, tmp_path / "b" / "out" / path.name)  # a's folder stays a's
