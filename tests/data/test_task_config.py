@@ -104,7 +104,7 @@ def test_max_records_relative_paths_and_a_bare_list(tmp_path, two_files):
             {"tasks": [{"name": "gone", "path": "missing.jsonl"}]},
             "{cfg}: tasks[0] (gone): dataset file not found: missing.jsonl",
         ),
-        ('{"tasks": [\n  {"path": "a.jsonl"},\n]}', "{cfg}:3: invalid JSON: Expecting value (column 1)"),
+        ('{"tasks": [\n  {"path": "a.jsonl"},\n]}', "{cfg}:2:22: invalid JSON: a trailing comma before ']' is not JSON (remove the comma)"),
         ("[1]", "{cfg}: tasks[0] must be an object with 'path'"),
     ],
 )
