@@ -40,7 +40,8 @@ class EarlierRunError(OutputDirError):
 
 def live_lock_owner(output_dir: str | os.PathLike) -> dict | None:
     """The lock's content when another process that is still running holds output_dir's lock; None when the
-    folder is free (no lock, our own lock, or a stale lock of a process that is gone on this host)."""
+    folder is free (no lock, our own lock, or a stale lock of a process that is gone on this host). Rank 0 asks:
+    the lock of a run with several processes is rank 0's."""
     other = _read(Path(output_dir) / LOCK_FILE)
     pid, host = other.get("pid"), other.get("host")
     if not (Path(output_dir) / LOCK_FILE).exists():

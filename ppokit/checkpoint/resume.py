@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ppokit.checkpoint.claim import check_no_live_run
+from ppokit.checkpoint.claim import claim_output_dir
 from ppokit.checkpoint.files import (
     STATE_FILE,
     CheckpointError,
@@ -157,7 +157,7 @@ def resume_into(session, spec) -> Path:
     All ranks call it. Rows after the checkpoint's step are dropped from metrics.jsonl and samples.jsonl.
     With `auto`, a damaged checkpoint is skipped (with a warning) for the next older one.
     """
-    check_no_live_run(session.args.output_dir, "resuming")  # a live run's checkpoints and rows are its own
+    claim_output_dir(session.args, resuming=True, doing="resuming")  # a live run's checkpoints and rows are its own
     path = find_checkpoint(spec, session.args.output_dir)
     if not is_auto(spec):
         return resume_from(session, path)

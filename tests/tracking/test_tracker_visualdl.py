@@ -180,7 +180,7 @@ def test_each_run_writes_its_own_folder_named_after_the_run(tmp_path):
 
     vdl = tmp_path / "vdl_log"
     for out, name in ((tmp_path / "grpo", None), (tmp_path / "grpo", None), (tmp_path / "x", "my/run")):
-        with Tracker(out, logging_dir=vdl, run_name=name) as t:
+        with Tracker(out, logging_dir=vdl, run_name=name, replace=True) as t:  # the second grpo replaces its files
             t.log(1, {"reward/mean": 1.0})
     folders = sorted(str(p.parent.relative_to(vdl)) for p in vdl_files(vdl))
     assert folders == ["grpo", "grpo-2", "my/run"]  # a second run of a name does not overwrite the first
@@ -299,7 +299,7 @@ def test_wandb_missing_is_a_note_and_present_is_used(dirs, capsys, monkeypatch):
     fake.init = lambda **kwargs: logged.append(("init", kwargs["name"])) or run
     fake.Html = lambda text: ("html", text)
     monkeypatch.setitem(sys.modules, "wandb", fake)
-    with Tracker(out, logging_dir=vdl, report_to=["wandb"], run_name="r1") as t:
+    with Tracker(out, logging_dir=vdl, report_to=["wandb"], run_name="r1", replace=True) as t:
         t.log_hparams({"lr": 0.1, "nested": {"a": 1}})
         t.log(2, {"x": 2.0})
     assert logged == [("init", "r1"), ("config", {"lr": 0.1}), (2, {"x": 2.0}), "finish"]
