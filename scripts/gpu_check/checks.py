@@ -73,7 +73,7 @@ def bf16_inside_the_engine():
              for m in engine.module.modules() if isinstance(m, torch.nn.Linear)]
     batch = to_model_device(tiny_batch(tok), device)
     logp, _ = policy_forward(engine, batch, 1024, "detached", torch.bfloat16, device)
-    logp.sum().backward()
+    engine.backward(logp.sum())  # the backward under the engine's autocast too (DeepSpeed refuses a bare one)
     for h in hooks:
         h.remove()
     kinds = sorted({str(d) for d in seen})
