@@ -15,6 +15,7 @@ from ppokit.args import load_arguments
 from ppokit.session import Session
 from ppokit.testing import letter_a, save_tiny_model
 
+HEAD_ROUNDED = ("actor/entropy", "actor/kl", "actor/grad_norm", "kl/")
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "single_turn_metrics.json"
 
 RUNS = {
@@ -61,5 +62,8 @@ def test_single_turn_metrics_are_bit_identical_to_before_the_loss_mask(name, tmp
         assert sorted(g) == sorted(e), (step, set(g) ^ set(e))
         # rollout/logprob_diff compares the decoding loop's log-probs with the trainer's: the loop's float32
         # kernels changed after the recording (GQA folded into the query length), by ~1e-7, not the loss mask
-        diff = {k: (g[k], e[k]) for k in e if (abs(g[k] - e[k]) > 1e-5 if k.startswith("rollout/logprob_diff") else g[k] != e[k])}
+        # The LM head now runs per chunk of response tokens (training/lm_head.py) instead of over whole rows: the
+        # matmul's row blocking rounds the entropy (and, through its gradient, later KL and grad norms) by ~1e-7
+        diff = {k: (g[k], e[k]) for k in e if (abs(g[k] - e[k]) > 1e-5 if k.startswith("rollout/logprob_diff") else
+                                               abs(g[k] - e[k]) > 1e-6 if k.startswith(HEAD_ROUNDED) else g[k] != e[k])}
         assert not diff, f"step {step}: {diff}"
