@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.ppokit-installed
 CONFIG ?= config/grpo_argument.json
 
-.PHONY: setup run test test-slow test-vllm test-vllm-slow lint clean
+.PHONY: setup run test test-slow test-vllm test-vllm-slow lint clean gpu-check gpu-check-prepare
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -49,6 +49,18 @@ test-vllm: $(VSTAMP)
 # GRPO on the bundled model with --rollout_engine vllm against the hf engine (two 10-step runs)
 test-vllm-slow: $(VSTAMP)
 	$(VBIN)/python -m pytest -q -m 'vllm and slow' $(ARGS)
+
+# The GPU check (docs/scaling.md, "GPU check"): the prepare half needs this venv and a package registry, and fills
+# the ignored .gpu_check/ (< 64 MiB); the run half needs only python3 with torch (CUDA) and transformers, and is one
+# command of at most 8 minutes printing PASS/FAIL/SKIP per item (CUDA items SKIP on a CPU).
+GPU_PY ?= python3
+
+gpu-check-prepare: $(STAMP)
+	$(BIN)/python scripts/gpu_check/prepare.py
+
+gpu-check:
+	test -f .gpu_check/manifest.json || $(MAKE) gpu-check-prepare
+	$(GPU_PY) scripts/gpu_check/run.py $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
