@@ -80,3 +80,19 @@ def test_the_drift_watch_warns_once_with_numbers_when_the_logprob_diff_keeps_ris
     assert rising[:3] == [None] * 3 and "from 0.01 to 0.03 at step 9" in rising[3]
     assert watch.see(10, {"rollout/logprob_diff": 0.09}) is None  # once
     assert sum("drift" in r.message for r in caplog.records) == 1
+
+
+def test_a_producer_thread_follows_the_inline_schedule(tmp_path):
+    """The thread generates batch i + 1 beside the update of batch i on the weights of before it (the version tags
+    say so); its first batch, made before any update, is the inline run's. Later samples are not compared: the
+    producer thread and the trainer share torch's random stream, so their order of draws differs (docs/async.md)."""
+    inline = tiny_session(tmp_path / "i", staleness_threshold=1, rollout_is="token")
+    threaded = tiny_session(tmp_path / "t", staleness_threshold=1, rollout_is="token", async_producer="thread")
+    inline.state.rollout_engine.use_own_copy()  # both generate on a plain copy of the weights (the thread must)
+    want = [numbers(inline.step()) for _ in range(3)]
+    got = [numbers(threaded.step()) for _ in range(3)]
+    assert [m["async/version_lag/max"] for m in got] == [0.0, 1.0, 1.0]
+    assert [m["async/queue_batches"] for m in got] == [m["async/queue_batches"] for m in want] == [1.0] * 3
+    assert got[0] == want[0]
+    assert all(torch.isfinite(torch.tensor(m["actor/pg_loss"])) for m in got)
+    threaded.close()
