@@ -45,7 +45,10 @@ class Session:
         self.resume_step: int | None = None  # set by a resume: the tracker continues that run's files
         self._preemption = None  # set by train(): a SIGTERM checkpoints and stops between steps
         self._eval_spec = (args.eval_datasets, args.eval_task_config)  # what state.eval_records was built from
-        self.pipeline = RolloutPipeline(args.staleness_threshold)  # k = 0: produce then consume, the synchronous step
+        # k = 0: produce then consume, the synchronous step
+        self.pipeline = RolloutPipeline(args.staleness_threshold, threaded=args.async_producer == "thread")
+        if self.pipeline.threaded:
+            self._start_producer_thread()
         if self.pipeline.staleness:  # a checkpoint holds the batches produced and not yet consumed
             from ppokit.checkpoint.state import register
 
@@ -55,6 +58,20 @@ class Session:
             logger.warning("staleness_threshold=%d trains on batches up to %d policy versions old without importance "
                            "correction; set rollout_is: token (or sequence) to correct them",
                            args.staleness_threshold, args.staleness_threshold)
+
+    def _start_producer_thread(self) -> None:
+        """async_producer: thread — the rollout engine generates on its own weights and its sync waits for the
+        worker; one process only (the producer's collectives would interleave with the update's)."""
+        from ppokit.errors import PpokitError
+        from ppokit.training.pipeline import threaded_engine
+
+        if self.state.plan.world_size > 1:
+            raise PpokitError("async_producer: thread runs on one process for now (the rollout's collectives would "
+                              "interleave with the update's); use async_producer: inline on several ranks")
+        self.state.rollout_engine = threaded_engine(self.state.rollout_engine, self.model, self.pipeline)
+        threads = getattr(self.state, "threads", None)
+        if threads is not None and threads.adaptive:  # two phases at once: one thread count for both
+            threads.adaptive = False
 
     def __repr__(self) -> str:
         """e.g. Session(model='smollm2-135m-instruct', algorithm='grpo', step=3/30, output_dir='output/grpo', ...)."""
@@ -129,6 +146,7 @@ class Session:
         batch = phases.with_logprobs(self.state, self.args, batch)
         batch = phases.advantages(self.state, self.args, batch)
         metrics = phases.update(self.state, self.args, batch)
+        self.pipeline.wait()  # a batch generated beside this update is queued before the step ends
         self.global_step += 1
         metrics.update(batch_metrics(batch))
         metrics.update(lag)
@@ -265,6 +283,7 @@ class Session:
         return self.state.policy.tokenizer
 
     def close(self) -> None:
+        self.pipeline.close()
         if self._tracker is not None:
             self._tracker.close()
             self._tracker = None

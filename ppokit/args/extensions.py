@@ -52,6 +52,11 @@ class PpokitArguments(JudgeArguments):  # the judge's keys live in judge.py
         "by policy version i - k, k policy versions older than the weights it trains; 0 = the synchronous step. The "
         "queue of produced batches is saved in checkpoints; stale samples are corrected by rollout_is (set it to "
         "token or sequence). See docs/async.md.")
+    async_producer: Literal["inline", "thread"] = Field(
+        "inline", description="Where the rollouts of staleness_threshold > 0 are generated: inline (before the "
+        "step that needs them) or thread (batch i + k is generated in a thread while batch i trains, on a copy of "
+        "the weights; the weight sync waits for it; one process). Both follow the same schedule; no effect when "
+        "staleness_threshold is 0.")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor for GAE / REINFORCE++ returns.")
     lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda.")
     critic_warmup_steps: int = Field(

@@ -37,6 +37,10 @@ def parse(argv):
     p.add_argument("--out", default="output/bench/results.json", help="JSON results file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--only", choices=["ppokit", "trl"], default=None, help="run one trainer only")
+    p.add_argument("--async", dest="async_k", type=int, default=None, metavar="K",
+                   help="asynchronous rollouts: staleness_threshold=K with a producer thread (docs/async.md)")
+    p.add_argument("--reward-latency", type=float, default=0.0, metavar="S",
+                   help="each reward call waits S seconds first (a remote reward, a sandbox): what async can hide")
     return p.parse_args(argv)
 
 
@@ -50,6 +54,8 @@ def overrides_from(ns, workdir: str) -> dict:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
+    if getattr(ns, "async_k", None):
+        out.update(staleness_threshold=ns.async_k, async_producer="thread", rollout_is="token")
     out.update(max_steps=ns.steps, output_dir=os.path.join(workdir, "run"), logging_dir=os.path.join(workdir, "vdl"),
                save_strategy="no", disable_tqdm=True)
     return out
@@ -92,7 +98,8 @@ def main(argv=None) -> dict:
         config = ns.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
         if config is None:
             raise SystemExit(f"no CONFIG given and {DEFAULT_CONFIG} is not here; run from the repository root")
-        spec = {"config": config, "overrides": overrides_from(ns, workdir), "steps": ns.steps}
+        spec = {"config": config, "overrides": overrides_from(ns, workdir), "steps": ns.steps,
+                "reward_latency": ns.reward_latency}
         results = {}
         for trainer in trainers:
             raw = run_worker(trainer, spec, workdir)

@@ -45,6 +45,23 @@ def computed_tokens(model, batch) -> int:
     return int(prompt_mask.sum()) + int(batch.response_mask.sum())
 
 
+def slowed(reward, seconds: float):
+    """The reward function waiting `seconds` before each call (`--reward-latency`: a remote scorer's wait)."""
+    import dataclasses
+    import inspect
+    import time
+
+    def fn(*args, **kwargs):
+        time.sleep(seconds)
+        return reward.fn(*args, **kwargs)
+
+    try:
+        fn.__signature__ = inspect.signature(reward.fn)  # the same keyword fields reach it
+    except (TypeError, ValueError):
+        pass
+    return dataclasses.replace(reward, fn=fn)
+
+
 def run_ppokit(spec: dict) -> list[dict]:
     """Steps through the real `Session` (the one trainer), timings from its own `timing/*` metrics."""
     from ppokit.bench.summary import finish_row, param_counts, update_flop
@@ -53,6 +70,8 @@ def run_ppokit(spec: dict) -> list[dict]:
     session = Session.from_json(spec["config"], **spec["overrides"]) if spec["config"] else Session.from_args(
         **spec["overrides"])
     body, head = param_counts(session.model)
+    if spec.get("reward_latency"):
+        session.state.reward_fns = [slowed(f, spec["reward_latency"]) for f in session.state.reward_fns]
     spec["compute_dtype"] = str(session.state.policy.compute_dtype)
     steps = []
     for _ in range(spec["steps"]):

@@ -61,6 +61,13 @@ class HFRolloutEngine:
         """The module `generate` runs on: the plain copy (copy_weights), or the live model."""
         return self._copy if self._copy is not None else self.model
 
+    def use_own_copy(self) -> None:
+        """Generate on a plain copy of the current weights from now on (an asynchronous producer generates while
+        the trainer changes the live model); `update_weights` copies new weights into it."""
+        if self._copy is None:
+            with torch.random.fork_rng(devices=_rng_devices(self.model)):  # the copy's throwaway init draws none
+                self._copy = plain_copy(self.model, self.dtype or next(self.model.parameters()).dtype).eval()
+
     def update_weights(self, model) -> None:
         """Use `model`'s current weights (the unwrapped trained module) for the next rollouts."""
         if self._copy is None:

@@ -16,28 +16,59 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
+import torch
+
 from ppokit.training.batch import RolloutBatch
 
 logger = logging.getLogger("ppokit")
 
 
-
 class RolloutPipeline:
-    """The produced-not-yet-consumed batches of a run with staleness k, in the order they are consumed."""
+    """The produced-not-yet-consumed batches of a run with staleness k, in the order they are consumed.
 
-    def __init__(self, staleness: int):
+    threaded (k > 0): batch `consumed + k` is generated in a worker thread while the step consumes batch
+    `consumed`, with the weights of before that step's update (the rollout engine must generate on its own copy of
+    the weights; the weight sync calls `wait` first). The schedule is the inline one: batch i from version i - k.
+    """
+
+    def __init__(self, staleness: int, threaded: bool = False):
         self.staleness = int(staleness)
         self.queue: deque[RolloutBatch] = deque()
         self.produced = 0  # batches generated so far (the index of the next one)
         self.consumed = 0
+        self.threaded = threaded and self.staleness > 0
+        self._pool = None
+        self._pending = None  # the batch being generated in the worker thread (a Future)
 
     def next_batch(self, produce: Callable[[], RolloutBatch]) -> RolloutBatch:
-        """Fill the queue up to batch `consumed + k` with `produce` (the current weights), then hand out the oldest."""
-        while self.produced <= self.consumed + self.staleness:
+        """Fill the queue up to batch `consumed + k` with `produce` (the current weights), then hand out the oldest.
+        Threaded: up to `consumed + k - 1` here, batch `consumed + k` in the worker while this batch trains."""
+        self.wait()
+        ahead = self.staleness - 1 if self.threaded else self.staleness
+        while self.produced <= self.consumed + ahead:
             self.queue.append(produce())
             self.produced += 1
+        if self.threaded:
+            from concurrent.futures import ThreadPoolExecutor
+
+            threads = torch.get_num_threads()
+            self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="ppokit-rollout")
+            self._pending = self._pool.submit(_in_thread, produce, threads)
         self.consumed += 1
         return self.queue.popleft()
+
+    def wait(self) -> None:
+        """The batch the worker thread is generating joins the queue (its error is raised here)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.queue.append(pending.result())
+            self.produced += 1
+
+    def close(self) -> None:
+        self.wait()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     def lag_metrics(self, batch: RolloutBatch, version: int) -> dict[str, float]:
         """async/version_lag (mean over the rows), async/version_lag/max and async/queue_batches for a batch about
@@ -46,7 +77,7 @@ class RolloutPipeline:
             return {}
         lag = (version - batch.policy_version).float()
         return {"async/version_lag": float(lag.mean()), "async/version_lag/max": float(lag.max()),
-                "async/queue_batches": float(len(self.queue))}
+                "async/queue_batches": float(len(self.queue) + (self._pending is not None))}
 
     def versions(self) -> list[int]:
         """The policy version of each queued batch (its first row's), oldest first."""
@@ -62,6 +93,7 @@ class RolloutPipeline:
 
     def state_dict(self) -> dict:
         """Everything a resume needs to consume the same batches: the counters and the queued batches."""
+        self.wait()
         return {"staleness": self.staleness, "produced": self.produced, "consumed": self.consumed,
                 "queue": list(self.queue)}
 
@@ -72,6 +104,37 @@ class RolloutPipeline:
                            len(state["queue"]))
         self.produced, self.consumed = int(state["produced"]), int(state["consumed"])
         self.queue = deque(state["queue"])
+
+
+def _in_thread(produce: Callable[[], RolloutBatch], threads: int) -> RolloutBatch:
+    torch.set_num_threads(threads)  # the trainer's count: the same kernels split their work the same way
+    return produce()
+
+
+class WaitingEngine:
+    """A rollout engine whose weight sync first waits for the batch the worker thread generates (so that batch
+    keeps the weights it started with); everything else is the wrapped engine's."""
+
+    def __init__(self, engine, pipeline: RolloutPipeline):
+        self.engine, self.pipeline = engine, pipeline
+
+    def generate(self, prompt_token_ids, sampling):
+        return self.engine.generate(prompt_token_ids, sampling)
+
+    def update_weights(self, model) -> None:
+        self.pipeline.wait()
+        self.engine.update_weights(model)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+def threaded_engine(engine, model, pipeline: RolloutPipeline):
+    """The engine a threaded pipeline needs: generating on its own copy of the weights (the hf engine on the live
+    model gets one now, synced from `model`), its weight sync waiting for the worker."""
+    if hasattr(engine, "use_own_copy"):  # the hf engine (vLLM holds its own weights already)
+        engine.use_own_copy()
+    return WaitingEngine(engine, pipeline)
 
 
 class DriftWatch:

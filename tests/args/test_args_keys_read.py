@@ -26,8 +26,8 @@ READ_BY_ARGS["do_train"] = "rules.py"  # run_ppo.py trains either way; false get
 READ_BY_ARGS.update({name: "run_plan.py" for name in (  # the run plan sizes the run and both LR schedules
     "max_steps", "num_train_epochs", "warmup_ratio", "warmup_steps", "min_learning_rate", "decay_steps",
     "critic_lr_scheduler_type", "critic_warmup_ratio", "critic_min_learning_rate", "critic_decay_steps",
-    # the plan's cadences (cadence_of): whether evaluation, saving and logging are due at a step
-    "evaluation_strategy", "eval_steps", "logging_steps", "logging_strategy", "save_steps")})
+    # the cadences: RunPlan.due answers "is evaluation / saving / logging due now" (cadence_of)
+    "evaluation_strategy", "eval_steps", "save_strategy", "save_steps", "logging_strategy", "logging_steps")})
 # critic_<key> is read as option(args, "<key>", critic=True) (ppokit/training/engine_setup.py).
 CRITIC_PREFIX = "critic_"
 
