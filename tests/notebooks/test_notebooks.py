@@ -28,8 +28,9 @@ def kernel_path(tmp_path_factory) -> str:
     return str(root)
 
 
-def execute(name: str, model: str | None, out: Path, kernel_path: str, monkeypatch):
-    """Run notebooks/<name> in a fresh kernel (cwd notebooks/); returns the executed notebook."""
+def execute(name: str, model: str | None, out: Path, kernel_path: str, monkeypatch, timeout: int = 900):
+    """Run notebooks/<name> in a fresh kernel (cwd notebooks/); returns the executed notebook. `timeout`: seconds
+    per cell (the bundled model on a shared 2-core machine needs more than a tiny one)."""
     monkeypatch.setenv("JUPYTER_PATH", kernel_path)
     # An in-process Session earlier in this pytest run holds its process-group port; the kernel picks its own.
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
@@ -38,7 +39,7 @@ def execute(name: str, model: str | None, out: Path, kernel_path: str, monkeypat
     if model:
         monkeypatch.setenv("PPOKIT_NOTEBOOK_MODEL", model)
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=900, kernel_name=KERNEL, store_widget_state=True,
+    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name=KERNEL, store_widget_state=True,
                                      resources={"metadata": {"path": str(NOTEBOOKS)}})
     client.execute()
     return nb
@@ -177,7 +178,7 @@ def assert_show_is_static(nb) -> None:
 @pytest.mark.slow
 def test_tool_use_notebook_on_the_bundled_model_shows_a_real_call(tmp_path, kernel_path, monkeypatch):
     monkeypatch.delenv("PPOKIT_NOTEBOOK_MODEL", raising=False)
-    nb = execute("04_tool_use.ipynb", None, tmp_path / "out", kernel_path, monkeypatch)
+    nb = execute("04_tool_use.ipynb", None, tmp_path / "out", kernel_path, monkeypatch, timeout=3000)
     rollout = output(nb, "batch = s.rollout()")
     calls = float(re.search(r"'tools/calls_per_sample': ([\d.]+)", rollout).group(1))
     assert calls > 0, rollout  # few-shot prompts, 16 rows and a fixed seed: a call is certain, not luck
