@@ -83,11 +83,14 @@ def train_loop(session) -> list[dict]:
                 session.history[-1].update(metrics)
                 evaluated_at = step
             epoch = session.state.loader.epoch
-            progress.update(step, metrics)
-            if plan.due("log", step, args, new_epoch) and session.state.dist.rank == 0 and hasattr(progress, "write"):
-                progress.write("ppokit: " + format_summary(step, metrics, total=total))  # the console, not the live view
+            shown = dict(metrics)
             if plan.due("save", step, args, new_epoch) and step < total:
+                saving = time.perf_counter()
                 session.save()
+                shown["timing/save_s"] = time.perf_counter() - saving  # the console names it: a slow step explained
+            progress.update(step, shown)
+            if plan.due("log", step, args, new_epoch) and session.state.dist.rank == 0 and hasattr(progress, "write"):
+                progress.write("ppokit: " + format_summary(step, shown, total=total))  # the console, not the live view
         if args.do_eval and session.state.eval_records and evaluated_at != session.global_step:
             final = session.evaluate()
             if session.history:

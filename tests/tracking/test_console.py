@@ -111,7 +111,8 @@ def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-STEP_LINE = re.compile(r"^ppokit: step (\d)/2 \| reward \S+ \| len \S+ .*s/step \| \d+ tok/s \| mem \d+\.\d\d GB$")
+STEP_LINE = re.compile(r"^ppokit: step (\d)/2 \| reward \S+ \| len \S+ .*s/step \|( \+ save \d+\.\ds \|)? \d+ tok/s \| "
+                       r"mem \d+\.\d\d GB$")
 
 
 def test_cli_console_from_start_to_end(tiny_config):
@@ -130,6 +131,7 @@ def test_cli_console_from_start_to_end(tiny_config):
         "ppokit: reading the prompts", "ppokit: building the DeepSpeed engine (ZeRO stage 0, cpu)"]
     steps = [line for line in lines if "ppokit: step" in line]
     assert len(steps) == 2 and all(STEP_LINE.match(line) for line in steps), steps  # never glued to the bar
+    assert "+ save " in steps[0] and "+ save " not in steps[1], steps  # a checkpoint after step 1 is named with it
     summary = err[err.index("ppokit: done: 2 steps in"):].splitlines()
     assert re.fullmatch(r"ppokit: done: 2 steps in \d+ s, \d+\.\d s per training step \(median\)", summary[0])
     rows = [json.loads(line) for line in (tiny_config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
