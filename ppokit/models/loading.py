@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,10 +153,9 @@ def convert_gguf(gguf_path: str | os.PathLike) -> str:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is readable like any model folder
     try:
-        from ppokit.tracking.console import stage
-
-        # One line with its duration: transformers' own per-tensor bar becomes one long line in a log file.
-        with stage(f"converting {gguf_path.name} into {target} (once; dequantising to float32)"), \
+        # A line before and one with its duration after: transformers' own per-tensor bar becomes one long line in
+        # a log file. (Logged, not drawn: the console's live lines live in a room above this one.)
+        with _timed(f"converting {gguf_path.name} into {target} (once; dequantising to float32)"), \
                 _no_gguf_tensor_bar():
             _write_hf_folder(gguf_path, tmp)
         (tmp / "ppokit_source.json").write_text(
@@ -169,6 +169,14 @@ def convert_gguf(gguf_path: str | os.PathLike) -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
+
+
+@contextlib.contextmanager
+def _timed(what: str):
+    log.info("%s…", what)
+    started = time.perf_counter()
+    yield
+    log.info("%s: done in %.1f s", what.split(" (")[0], time.perf_counter() - started)
 
 
 @contextlib.contextmanager

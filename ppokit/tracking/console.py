@@ -264,11 +264,11 @@ def command_path(name: str) -> str:
         return name
     if not own.exists():
         return name
-    try:  # a path with a slash runs as typed from here: .venv/bin/visualdl
-        relative = own.absolute().relative_to(Path.cwd().absolute())
-    except ValueError:
-        return str(own.absolute())
-    return str(relative) if "/" in str(relative) else f"./{relative}"
+    # From the folder that holds the venv (the repo after `make run`) the short path runs as typed:
+    # .venv/bin/visualdl; from anywhere else the absolute one does.
+    if own.absolute().parent.parent.parent == Path.cwd().absolute():
+        return str(own.absolute().relative_to(Path.cwd().absolute()))
+    return str(own.absolute())
 
 
 def _step_of(name: str) -> int:

@@ -128,7 +128,7 @@ def test_tags_are_the_metrics_keys_and_copies_and_flat_lines_are_not_written(dir
     assert said["returns/mean"] == "the same as advantages/mean at every step"
     assert said["eval/prompts"].startswith("constant 30: the size of the eval set")
     assert said["actor/clipfrac"].startswith("constant 0: one update per rollout step")
-    assert said["timing/ref_s"].endswith("the phase did not run")
+    assert "the phase did not run" in said["timing/ref_s"]
 
 
 def test_a_flat_series_that_moves_is_written_with_its_whole_history(dirs):

@@ -38,10 +38,10 @@ def test_hand_driven_phases_then_train_keep_a_learning_rate(tiny_model_path, pro
     history = s.train()
     steps = [h for h in history if "actor/lr" in h]
     assert [h["step"] for h in steps] == [1, 2, 3, 4]
-    # actor/lr is the rate the next update uses: linear over 2 hand + 4 planned steps, 3/6, 2/6, 1/6, then the
-    # schedule ends with the run (it was 0 from step 2 on: steps 3 and 4 trained with a rate of 0)
+    # actor/lr is the rate the step's update used: linear over 2 hand + 4 planned steps, 4/6, 3/6, 2/6, 1/6 (it
+    # was 0 from step 3 on before the plan followed the steps taken: steps 3 and 4 trained with a rate of 0)
     lr = s.args.learning_rate
-    assert [h["actor/lr"] for h in steps] == pytest.approx([lr * 3 / 6, lr * 2 / 6, lr * 1 / 6, 0.0], rel=1e-12)
+    assert [h["actor/lr"] for h in steps] == pytest.approx([lr * 4 / 6, lr * 3 / 6, lr * 2 / 6, lr * 1 / 6], rel=1e-12)
     assert s.state.updates_done == 6 and s.global_step == 4
     assert s.plan.hand_steps == 2 * s.plan.batch.optimizer_steps_per_rollout
     assert "taken by hand" in s.plan.describe()
