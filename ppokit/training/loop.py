@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from ppokit.args import ConfigError
-from ppokit.args.run_plan import cadence_of
 
 logger = logging.getLogger("ppokit")
 
@@ -29,23 +28,6 @@ def progress_view(session, total: int):
         except ImportError:
             pass
     return ConsoleProgress(total=total, disable=quiet, bar=bar)
-
-
-def eval_due(args, step: int, new_epoch: bool) -> bool:
-    """`evaluation_strategy` "steps": every `eval_steps` steps; "epoch": when the prompts enter a new epoch
-    (the run plan's rule, `ppokit.args.run_plan.cadence_of`)."""
-    return cadence_of(args, "eval").due(step, new_epoch)
-
-
-def log_due(args, step: int, new_epoch: bool) -> bool:
-    """`logging_strategy` "steps": the console summary every `logging_steps`; "epoch": when the prompts enter a
-    new epoch; "no": never (metrics.jsonl and VisualDL still get every step)."""
-    return cadence_of(args, "log").due(step, new_epoch)
-
-
-def save_due(args, step: int, new_epoch: bool) -> bool:
-    """`save_strategy` "steps": every `save_steps` steps; "epoch": when the prompts enter a new epoch."""
-    return cadence_of(args, "save").due(step, new_epoch)
 
 
 def check_eval_data(session) -> None:

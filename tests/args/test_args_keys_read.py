@@ -148,7 +148,10 @@ def test_warmup_ratio_rounds_up_as_paddlenlp_does():
 
 
 def test_logging_strategy():
-    from ppokit.training.loop import log_due
+    from ppokit.args.run_plan import cadence_of
+
+    def log_due(args, step, new_epoch):  # the run plan's rule the train loop asks (RunPlan.due)
+        return cadence_of(args, "log").due(step, new_epoch)
 
     def args(strategy):
         return SimpleNamespace(logging_strategy=strategy, logging_steps=2)

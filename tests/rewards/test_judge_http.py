@@ -33,7 +33,7 @@ def fake_openai(verdict=lambda user: "Score: 10" if "Answer to grade:\n4" in use
             app.state.inflight += 1
             app.state.peak = max(app.state.peak, app.state.inflight)
             app.state.bodies.append(body)
-        await asyncio.sleep(0.05)  # hold the request so concurrent ones overlap
+        await asyncio.sleep(0.3)  # hold the request so concurrent ones overlap
         with lock:
             app.state.inflight -= 1
         text = verdict(body["messages"][-1]["content"])
@@ -61,7 +61,7 @@ def test_endpoint_on_loopback_with_bounded_concurrency(live_server):
         replies = client.complete([conv("4"), conv("5")] * 3)
     assert client.api_model == "fake-judge"  # found through GET /v1/models
     assert [r.text for r in replies] == ["Score: 10", "Score: 1"] * 3 and all(r.tokens == 35 for r in replies)
-    assert 1 <= app.state.peak <= 2
+    assert app.state.peak == 2  # concurrency used, and bounded
     body = app.state.bodies[0]
     assert body["temperature"] == 0.0 and body["model"] == "fake-judge" and body["max_tokens"] == 256
 
