@@ -234,47 +234,86 @@ def mask_top_p(x: torch.Tensor, top_p: float) -> torch.Tensor:
     return x.masked_fill(drop, float("-inf"))
 
 
-CACHE_BUDGET_BYTES = 2 << 30  # one decoding batch's KV cache; more prompts are decoded in several batches
+CACHE_BUDGET_BYTES = 2 << 30  # CPU: one decoding batch's KV cache; more prompts are decoded in several batches
+CUDA_FREE_FRACTION = 0.5  # CUDA: the share of the free device memory one decoding batch's KV cache may take
+
+
+def kv_cache_budget(device: torch.device) -> int:
+    """Bytes one decoding batch's KV cache may take on `device`: on CUDA `CUDA_FREE_FRACTION` of the memory free
+    now (`torch.cuda.mem_get_info`; the rest is left to the logits, the sampler's (B, V) copies and whatever
+    else shares the device, e.g. the trainer's optimizer), elsewhere `CACHE_BUDGET_BYTES` (host memory is not
+    measured: 2 GiB holds SmolLM2-135M's cache for ~2,700 rows of 512 positions in float32)."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free * CUDA_FREE_FRACTION)
+    return CACHE_BUDGET_BYTES
 
 
 @torch.no_grad()
 def decode(model, prompts: list[list[int]], n: int, max_new_tokens: int, eos_ids: list[int], pad_id: int, *,
            do_sample: bool = True, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           min_new_tokens: int = 0, return_logprobs: bool = False, cache_budget_bytes: int = CACHE_BUDGET_BYTES):
+           min_new_tokens: int = 0, return_logprobs: bool = False, cache_budget_bytes: int | None = None,
+           between_tokens=None):
     """New tokens for `n` samples of each prompt: (len(prompts) * n, T) long, the n samples of prompt i
     in rows i*n ... i*n+n-1, padded with `pad_id` after EOS; T <= max_new_tokens (the longest row).
     With `return_logprobs`, also each sampled token's log-prob under softmax(logits / temperature) over
     the whole vocabulary (what the trainer computes; 0 after EOS): (tokens, logprobs), both (rows, T).
+    With `between_tokens(t, rows_finished) -> bool` (a weight switch between tokens, see `_decode_steps`), also
+    the number of switches before each token: (tokens, logprobs, switches), the last (rows, T) long.
 
     Runs under whatever autocast / RNG context the caller set. Greedy (`do_sample=False`) decodes
     each prompt once and repeats it n times. The KV cache is in the compute dtype (`cache_dtype`) and
-    allocated per batch of prompts, a batch's cache within `cache_budget_bytes`.
+    allocated per batch of prompts, a batch's cache within `cache_budget_bytes` (None: `kv_cache_budget`).
     """
     device = next(model.parameters()).device
     dtype = cache_dtype(model, device)
     rows = n if do_sample else 1
     length = max(len(p) for p in prompts) + max_new_tokens
-    step = prompts_per_batch(model.config, len(prompts), rows, length, dtype, cache_budget_bytes)
+    budget = kv_cache_budget(device) if cache_budget_bytes is None else cache_budget_bytes
+    step = prompts_per_batch(model.config, len(prompts), rows, length, dtype, budget)
     _register_attention()
     saved = model.config._attn_implementation
     model.config._attn_implementation = ATTENTION
     try:
         with skinny_linears(model):
-            parts = [_decode_batch(model, prompts[i : i + step], rows, max_new_tokens, eos_ids, pad_id, dtype,
-                                   (do_sample, temperature, top_k, top_p, min_new_tokens, return_logprobs))
-                     for i in range(0, len(prompts), step)]
+            switches = _Switches(between_tokens, n // rows) if between_tokens is not None else None
+            parts = []
+            for i in range(0, len(prompts), step):
+                parts.append(_decode_batch(model, prompts[i : i + step], rows, max_new_tokens, eos_ids, pad_id, dtype,
+                                           (do_sample, temperature, top_k, top_p, min_new_tokens, return_logprobs),
+                                           switches))
+                if switches is not None:
+                    switches.done += parts[-1][0].shape[0]
     finally:
         model.config._attn_implementation = saved
     width = max(p[0].shape[1] for p in parts)
-    out = torch.cat([F.pad(t, (0, width - t.shape[1]), value=pad_id) for t, _ in parts])
-    logprobs = torch.cat([F.pad(lp, (0, width - lp.shape[1])) for _, lp in parts])
+    out = torch.cat([F.pad(t, (0, width - t.shape[1]), value=pad_id) for t, _, _ in parts])
+    logprobs = torch.cat([F.pad(lp, (0, width - lp.shape[1])) for _, lp, _ in parts])
+    versions = None
+    if switches is not None:  # past a row's end its last count repeats
+        versions = torch.cat([torch.cat([v, v[:, -1:].expand(-1, width - v.shape[1])], 1) for _, _, v in parts])
     if rows != n:
         out, logprobs = out.repeat_interleave(n, dim=0), logprobs.repeat_interleave(n, dim=0)
+        versions = versions.repeat_interleave(n, dim=0) if versions is not None else None
+    if versions is not None:
+        return out, logprobs, versions
     return (out, logprobs) if return_logprobs else out
 
 
-def _decode_batch(model, prompts, rows, max_new_tokens, eos_ids, pad_id, dtype, sampling):
-    """(tokens, log-probs), both (len(prompts) * rows, T): one prefill of `prompts`, then the decoding steps."""
+class _Switches:
+    """The `between_tokens` hook over all the decoding batches of one call: hook(t, rows finished so far, in
+    samples) -> whether it switched the weights; counts the switches."""
+
+    def __init__(self, hook, samples_per_row: int):
+        self.hook, self.count, self.done, self.factor = hook, 0, 0, samples_per_row
+
+    def __call__(self, t: int, finished: int) -> None:
+        if self.hook(t, (self.done + finished) * self.factor):
+            self.count += 1
+
+
+def _decode_batch(model, prompts, rows, max_new_tokens, eos_ids, pad_id, dtype, sampling, switches=None):
+    """(tokens, log-probs, switches or None), each (len(prompts) * rows, T): one prefill, then the decoding steps."""
     device = next(model.parameters()).device
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
@@ -292,7 +331,7 @@ def _decode_batch(model, prompts, rows, max_new_tokens, eos_ids, pad_id, dtype, 
         cache.select_rows(expand)
         logits, valid, positions = logits[expand], valid[expand], positions[expand]
     return _decode_steps(model, cache, logits, valid, positions[:, -1] + 1, width, max_new_tokens, eos_ids, pad_id,
-                         *sampling)
+                         *sampling, switches=switches)
 
 
 @functools.cache
@@ -313,17 +352,26 @@ def _forward(model, ids, mask, positions, cache) -> torch.Tensor:
 
 
 def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, eos_ids, pad_id,
-                  do_sample, temperature, top_k, top_p, min_new_tokens, return_logprobs=False):
-    """The token-by-token loop over the rows still running; returns (B, T) new tokens and their log-probs
-    (zeros unless `return_logprobs`).
+                  do_sample, temperature, top_k, top_p, min_new_tokens, return_logprobs=False, switches=None):
+    """The token-by-token loop over the rows still running; returns (B, T) new tokens, their log-probs (zeros
+    unless `return_logprobs`) and, with `switches`, the number of weight switches before each token (else None).
 
-    Finished rows leave the batch (cache rows too) when that shrinks the padded row count of the next
-    step (`skinny_rows`); until then they ride along, their tokens discarded, which is cheaper than
-    copying every layer's cache."""
+    One host sync per token: the count of rows still running (`left`), which decides both the stop and when
+    finished rows leave. Everything else stays on the device: tokens and log-probs are written to every row of
+    the batch (a finished row gets the padding it already holds), and the rows to keep are found by a stable
+    sort of the running flags, whose first `left` entries are the running rows in order (what `nonzero` gives,
+    without its sync). Finished rows leave the batch (cache rows too) when that shrinks the padded row count of
+    the next step (`skinny_rows`) or at most 8 rows remain; until then they ride along, their tokens discarded,
+    which is cheaper than copying every layer's cache.
+
+    switches(t), when given, runs the `between_tokens` hook before the forward that gives the logits of token t
+    (t >= 1), which may change the model's weights in place (partial_rollout: switch): the keys/values of the
+    earlier tokens stay as the old weights computed them, and tokens from t on count one more switch."""
     batch = logits.shape[0]
     device = logits.device
     out = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     out_logprobs = torch.zeros((batch, max_new_tokens), device=device)
+    counts = []  # per step: the weight switches made before its token was sampled
     scale = temperature if do_sample else 1.0
     eos = torch.tensor(eos_ids, device=device)
     alive = torch.arange(batch, device=device)  # original row of each row in the batch
@@ -338,20 +386,27 @@ def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, 
         if t < min_new_tokens:
             x[:, eos] = float("-inf")
         token = sample_tokens(x, 1.0, top_k, top_p) if do_sample else x.argmax(-1)
-        out[alive[running], t] = token[running]
+        if switches is not None:
+            counts.append(switches.count)
+        out[alive, t] = torch.where(running, token, pad_id)
         if lse is not None:  # the sampled token is never a masked EOS: x holds its unmasked logit
-            out_logprobs[alive[running], t] = (x.gather(1, token[:, None]).squeeze(1) - lse)[running]
+            out_logprobs[alive, t] = torch.where(running, x.gather(1, token[:, None]).squeeze(1) - lse, 0.0)
         steps = t + 1
         running &= ~torch.isin(token, eos)
-        left = int(running.sum())
+        left = int(running.sum())  # the loop's one host sync per token
         if t == max_new_tokens - 1 or left == 0:
             break
-        if left <= 8 or skinny_rows(left) < skinny_rows(len(running)):
-            keep = running.nonzero().squeeze(1)
+        if left < len(running) and (left <= 8 or skinny_rows(left) < skinny_rows(len(running))):
+            keep = torch.sort((~running).to(torch.uint8), stable=True).indices[:left]
             alive, token, next_pos, valid, running = alive[keep], token[keep], next_pos[keep], valid[keep], running[keep]
             cache.select_rows(keep)
         valid[:, width + t] = True
         end = width + t + 1
+        if switches is not None:
+            switches(t + 1, batch - left)
         logits = _forward(model, token[:, None], valid[:, None, None, :end], next_pos[:, None], cache)
         next_pos = next_pos + 1
-    return out[:, :steps], out_logprobs[:, :steps]
+    versions = None
+    if switches is not None:  # (B, T): the same for every row of the batch
+        versions = torch.tensor(counts, dtype=torch.long, device=device).expand(batch, steps).clone()
+    return out[:, :steps], out_logprobs[:, :steps], versions
