@@ -46,7 +46,8 @@ class Session:
         self._preemption = None  # set by train(): a SIGTERM checkpoints and stops between steps
         self._eval_spec = (args.eval_datasets, args.eval_task_config)  # what state.eval_records was built from
         # k = 0: produce then consume, the synchronous step
-        self.pipeline = RolloutPipeline(args.staleness_threshold, threaded=args.async_producer == "thread")
+        self.pipeline = RolloutPipeline(args.staleness_threshold, threaded=args.async_producer == "thread",
+                                        partial_rollout=args.partial_rollout, switch_token=args.partial_rollout_token)
         if self.pipeline.threaded:
             self._start_producer_thread()
         if self.pipeline.staleness:  # a checkpoint holds the batches produced and not yet consumed

@@ -28,7 +28,24 @@ def consistency_errors(args: Arguments) -> list[str]:
     if args.sharding and not _valid_sharding(args.sharding):
         errors.append(f"sharding='{args.sharding}' is not understood; use '', stage1, stage2 or stage3, "
                       "optionally followed by 'offload'.")
+    errors.extend(_partial_rollout_errors(args))
     return errors
+
+
+def _partial_rollout_errors(args: Arguments) -> list[str]:
+    """partial_rollout: switch acts only where a generation overlaps an update: the threaded producer."""
+    if args.partial_rollout != "switch":
+        return []
+    if args.staleness_threshold == 0 or args.async_producer != "thread":
+        return [f"partial_rollout=switch needs rollouts that run beside the update (staleness_threshold >= 1 and "
+                f"async_producer: thread; got staleness_threshold={args.staleness_threshold}, async_producer="
+                f"{args.async_producer}): otherwise no weights arrive mid-generation; set those, or partial_rollout: "
+                "finish."]
+    if args.multi_turn or args.dynamic_sampling:
+        return ["partial_rollout=switch records per-token policy versions for a rollout of one generate call only "
+                f"(single-turn, no dynamic_sampling; got multi_turn={args.multi_turn}, dynamic_sampling="
+                f"{args.dynamic_sampling}); set partial_rollout: finish."]
+    return []
 
 
 def _valid_sharding(value: str) -> bool:

@@ -57,6 +57,19 @@ class PpokitArguments(JudgeArguments):  # the judge's keys live in judge.py
         "step that needs them) or thread (batch i + k is generated in a thread while batch i trains, on a copy of "
         "the weights; the weight sync waits for it; one process). Both follow the same schedule; no effect when "
         "staleness_threshold is 0.")
+    partial_rollout: Literal["finish", "switch"] = Field(
+        "finish", description="What rows still being generated do when new weights arrive (async_producer: thread; "
+        "verl's async_training.partial_rollout, whose true/false mean switch/finish): finish (the default: they "
+        "finish on the weights they started with, so the run repeats to the bit; counted as "
+        "async/rows_finished_on_old) or switch (hf engine's decoding loop only: the new weights are copied in "
+        "between two tokens and generation continues, the earlier tokens' KV cache kept; each token's policy "
+        "version is in the batch's token_version and rollout_is uses the log-probs of the version that sampled "
+        "it; async/tokens_from_newer). switch depends on timing unless partial_rollout_token is set. See "
+        "docs/async.md.")
+    partial_rollout_token: int | None = Field(
+        None, ge=1, description="With partial_rollout: switch, the token index (of each decoding batch) at which "
+        "generation waits for the new weights and switches, so the switch point and the run repeat to the bit; "
+        "None = switch at the first token after the weights are ready (depends on timing). No effect otherwise.")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor for GAE / REINFORCE++ returns.")
     lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda.")
     critic_warmup_steps: int = Field(
@@ -141,6 +154,15 @@ class PpokitArguments(JudgeArguments):  # the judge's keys live in judge.py
     @classmethod
     def _verl_kl_name(cls, value):
         return VERL_KL_NAMES.get(value, value) if isinstance(value, str) else value
+
+    @field_validator("partial_rollout", mode="before")
+    @classmethod
+    def _verl_partial_rollout(cls, value):
+        """verl's boolean: true = continue running rows on the new weights (switch), false = finish them."""
+        words = {"true": "switch", "false": "finish"}
+        if isinstance(value, bool):
+            return "switch" if value else "finish"
+        return words.get(value.lower(), value) if isinstance(value, str) else value
 
     @field_validator("resume_from_checkpoint", mode="before")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -69,6 +70,8 @@ class RolloutOutput:
     dropped), `score_fields[j]` extra fields reward functions may name (a multi-turn row's `conversation`),
     `rollout_rewards` name -> per-row reward terms the rollout itself earned (the tools' step rewards) and
     `stats` the rollout's own metrics (tools/*, turns/*). Engines leave them empty.
+    `token_switches[j][t]`: how many times the weights changed under the generation before token t was sampled
+    (partial_rollout: switch; 0 = the weights it started with), None when the engine did not switch weights.
     """
 
     prompt_index: list[int]
@@ -81,6 +84,7 @@ class RolloutOutput:
     score_fields: list[dict] | None = None
     rollout_rewards: dict[str, list[float]] = field(default_factory=dict)
     stats: dict[str, float] = field(default_factory=dict)
+    token_switches: list[list[int]] | None = None
 
     @property
     def num_truncated(self) -> int:
@@ -99,6 +103,96 @@ class RolloutEngine(Protocol):
     def update_weights(self, model) -> None:
         """Make the engine generate with `model`'s current weights (call after each update)."""
         ...
+
+
+class WeightSwitch:
+    """New weights for a generation in flight (`partial_rollout`, docs/async.md), between two of its tokens.
+
+    The trainer's thread calls `offer(model)` with the trained weights; the producer's decoding loop calls
+    `poll(t, rows_done)` before it computes the logits of token t. `apply(model)` (set by the engine) copies
+    the weights into the engine's own copy. mode "finish": the loop never takes them; `offer` waits for the
+    generation to end, then applies them, and `rows_on_old` counts the rows that finished on the old weights
+    after the new ones were offered. mode "switch": the loop takes them between two tokens —
+    - at_token None: at the first poll after the offer, so the first token on the new weights depends on how
+      fast the update ran against the generation (timing);
+    - at_token s: the loop waits at token s of each decoding batch until the offer (or `release`: no weights
+      come for this generation), so tokens < s are always from the old weights and tokens >= s from the new
+      ones, every run alike (the generation then overlaps the update only with its first s tokens).
+    At most one switch per generation (the threaded schedule overlaps one update with one batch); `offer`
+    returns once the weights are in the engine, and never changes them under a running generation otherwise.
+    """
+
+    def __init__(self, mode: str = "finish", at_token: int | None = None):
+        if mode not in ("finish", "switch"):
+            raise ValueError(f"partial_rollout must be finish or switch, got {mode!r}")
+        if at_token is not None and at_token < 1:
+            raise ValueError(f"partial_rollout_token must be >= 1 (token 0 comes from the prefill), got {at_token}")
+        self.mode, self.at_token = mode, at_token
+        self.apply = None  # the engine's weight copy: apply(model)
+        self._cond = threading.Condition()
+        self._pending = None  # the model whose weights the generation in flight is offered
+        self._running = self._released = False
+        self._done_at_offer = 0
+        self.switches = 0  # weight switches in the current generation
+        self.rows_done = 0  # rows of the current generation finished so far (the decoding loop reports them)
+        self.rows_on_old = 0  # rows it finished on the old weights after new ones were offered (0 with at_token:
+        # there the new weights count as ready at token s, and every row still running then switches)
+
+    def begin(self) -> None:
+        """A generation starts (the pipeline calls it before handing the producer its work)."""
+        with self._cond:
+            self._running, self._released, self._pending = True, False, None
+            self.switches = self.rows_done = self.rows_on_old = 0
+
+    def end(self) -> None:
+        """The generation is over: an offer still waiting applies its weights now."""
+        with self._cond:
+            if self._pending is not None and self.at_token is None:  # (at_token: weights count as ready at s)
+                self.rows_on_old = self.rows_done - self._done_at_offer
+            self._running = False
+            self._cond.notify_all()
+
+    def release(self) -> None:
+        """No weights will be offered to the generation in flight (a step without a weight sync): a loop waiting
+        at `at_token` goes on with the weights it has."""
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+
+    def poll(self, t: int, rows_done: int) -> bool:
+        """Before the logits of token t, with `rows_done` rows of the generation finished: True when the weights
+        were just switched (mode switch; at token `at_token` it first waits for them)."""
+        with self._cond:
+            self.rows_done = rows_done
+            if self.mode != "switch" or self.switches:
+                return False
+            if self.at_token is not None:
+                if t != self.at_token:
+                    return False
+                while self._pending is None and not self._released:
+                    if not self._cond.wait(1.0) and not threading.main_thread().is_alive():
+                        return False  # the trainer is gone (interpreter exit): no weights will come
+            if self._pending is None:
+                return False
+            self.apply(self._pending)
+            self._pending = None
+            self.switches += 1
+            self._cond.notify_all()
+            return True
+
+    def offer(self, model) -> None:
+        """The trainer's new weights: into the generation in flight (switch), or into the engine once no
+        generation runs (finish, or none in flight)."""
+        with self._cond:
+            if self._running and not self.switches:
+                self._pending, self._done_at_offer = model, self.rows_done
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: self._pending is not model or not self._running)
+                if self._pending is not model:
+                    return  # taken between two tokens
+                self._pending = None
+            self._cond.wait_for(lambda: not self._running)
+            self.apply(model)
 
 
 def check_prompts(prompt_token_ids: list[list[int]]) -> None:

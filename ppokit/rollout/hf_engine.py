@@ -14,6 +14,13 @@ autocast keeps them in float32 and caches the bf16 weight casts for the whole ge
 With `copy_weights` the engine instead generates with its own plain copy of the model in `dtype`
 (LoRA merged, ZeRO-3 gathered), refreshed by `update_weights`: meant for ZeRO-3 partitioned
 actors, which would otherwise gather every layer at every decoding step.
+
+Partial rollouts (`partial_rollout: switch` with the threaded producer, docs/async.md): with a `WeightSwitch`
+attached the decoding loop asks it between tokens whether new weights are ready; if so they are copied into the
+engine's own copy in place and generation continues (the keys/values of the earlier tokens kept), and each
+response records per token how many switches preceded it (`RolloutOutput.token_switches`). The log-probs the
+loop returns are those of the weights that sampled each token. `model.generate` (repetition penalty, other model
+families) cannot switch: its rows finish on the weights they started with.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import torch
 
 from ppokit.models.loading import autocast_context
 from ppokit.models.weights import load_hf_state, plain_copy
-from ppokit.rollout.base import RolloutOutput, SamplingParams, check_prompts
+from ppokit.rollout.base import RolloutOutput, SamplingParams, WeightSwitch, check_prompts
 from ppokit.rollout.decode import decode, supports_fast_decode
 from ppokit.rollout.token_logprobs import SampledTokenLogprobs
 
@@ -55,6 +62,7 @@ class HFRolloutEngine:
         self.eos_ids = eos_token_ids(model, tokenizer)
         copy_dtype = dtype or next(model.parameters()).dtype
         self._copy = plain_copy(model, copy_dtype).eval() if copy_weights else None
+        self.weight_switch: WeightSwitch | None = None
 
     @property
     def generation_model(self):
@@ -74,6 +82,17 @@ class HFRolloutEngine:
             self.model = model
             return
         load_hf_state(self._copy, model)
+        torch.clear_autocast_cache()  # casts of the old weights cached by an autocast still open (a switch)
+
+    @property
+    def _switching(self) -> bool:
+        return self.weight_switch is not None and self.weight_switch.mode == "switch"
+
+    def attach_switch(self, switch: WeightSwitch) -> None:
+        """Take new weights between tokens through `switch` (partial rollouts); generates on its own copy."""
+        self.use_own_copy()
+        switch.apply = self.update_weights
+        self.weight_switch = switch
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> RolloutOutput:
         check_prompts(prompt_token_ids)
@@ -83,6 +102,8 @@ class HFRolloutEngine:
         rows: list[list[int]] = []
         reasons: list[str] = []
         logprobs: list[list[float]] = []
+        switched: list[list[int]] = []
+        start_switches = 0 if self.weight_switch is None else self.weight_switch.switches
         rng = torch.random.fork_rng(devices=_rng_devices(model)) if sampling.seed is not None else contextlib.nullcontext()
         model.eval()
         try:
@@ -92,28 +113,48 @@ class HFRolloutEngine:
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
                 for start in range(0, len(prompt_token_ids), step):
-                    new_tokens, new_logprobs = self._generate_batch(model, prompt_token_ids[start : start + step], sampling)
-                    for row, row_logprobs in zip(new_tokens.tolist(), new_logprobs.tolist()):
+                    new_tokens, new_logprobs, switches = self._generate_batch(
+                        model, prompt_token_ids[start : start + step], sampling, len(rows))
+                    for j, (row, row_logprobs) in enumerate(zip(new_tokens.tolist(), new_logprobs.tolist())):
                         ids, reason = self._cut(row)
                         rows.append(ids)
                         reasons.append(reason)
                         logprobs.append(row_logprobs[: len(ids)])
+                        if switches is not None:
+                            switched.append((switches[j, : len(ids)] - start_switches).tolist())
+                    if self.weight_switch is not None:
+                        self.weight_switch.poll(0, len(rows))  # rows finished so far; never a switch at t = 0
         finally:
             model.train(was_training)
         index = [i for i in range(len(prompt_token_ids)) for _ in range(sampling.n)]
         return RolloutOutput(prompt_index=index, response_ids=rows, finish_reasons=reasons,
-                             logprobs=logprobs if self.return_logprobs else None)
+                             logprobs=logprobs if self.return_logprobs else None,
+                             token_switches=switched if self._switching else None)
 
-    def _generate_batch(self, model, prompts: list[list[int]], sampling: SamplingParams):
-        """(new tokens, their log-probs (zeros unless return_logprobs)), both (rows, T), n rows per prompt."""
+    def _generate_batch(self, model, prompts: list[list[int]], sampling: SamplingParams, rows_before: int = 0):
+        """(new tokens, their log-probs (zeros unless return_logprobs), weight switches before each token (None
+        without a `weight_switch`)), each (rows, T), n rows per prompt. `rows_before`: rows of this generation
+        already finished (what the switch counts)."""
+        switch = self.weight_switch
         if self.fast_decode and sampling.repetition_penalty == 1.0 and supports_fast_decode(model):
-            tokens, logprobs = decode(
+            hook = None if switch is None else (lambda t, done: switch.poll(t, rows_before + done))
+            before = 0 if switch is None else switch.switches  # the loop counts its own switches from 0
+            result = decode(
                 model, prompts, sampling.n, sampling.max_new_tokens, self.eos_ids, self.tokenizer.pad_token_id,
                 do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
                 top_p=sampling.top_p, min_new_tokens=sampling.min_new_tokens, return_logprobs=True,
+                between_tokens=hook,
             )  # the log-probs cost one log-softmax per step; kept only when asked for
-            tokens = tokens.cpu()
-            return tokens, logprobs.cpu() if self.return_logprobs else torch.zeros(tokens.shape, device=tokens.device)
+            tokens, logprobs = result[0].cpu(), result[1]
+            switches = result[2].cpu() + before if hook is not None else None
+            return (tokens, logprobs.cpu() if self.return_logprobs else torch.zeros(tokens.shape, device=tokens.device),
+                    switches)
+        tokens, logprobs = self._generate_with_transformers(model, prompts, sampling)
+        switches = None if switch is None else torch.full(tokens.shape, switch.switches, dtype=torch.long)
+        return tokens, logprobs, switches
+
+    def _generate_with_transformers(self, model, prompts: list[list[int]], sampling: SamplingParams):
+        """`model.generate`: (new tokens, their log-probs (zeros unless return_logprobs)), both (rows, T)."""
         device = _device(model)
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id

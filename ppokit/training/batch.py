@@ -49,6 +49,9 @@ class RolloutBatch:
     rollout_rewards: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B,) earned in the rollout
     policy_version: torch.Tensor | None = None  # (B,) int64: updates done when the weights that generated it synced
     reward_notes: list[dict] | None = None  # per sequence: what reward sources said (the judge's verdict)
+    # (B, R) int64, partial_rollout: switch only: the policy version that sampled each response token (its row's
+    # policy_version until the weights switched mid-generation; past the response, the row's last one)
+    token_version: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.loss_mask is None:
@@ -144,6 +147,7 @@ def build_batch(
     score_fields: list[dict] | None = None,
     rollout_rewards: dict[str, list[float]] | None = None,
     policy_version: int = 0,
+    token_switches: list[list[int]] | None = None,
 ) -> RolloutBatch:
     """Assemble a RolloutBatch from per-prompt token ids and the rollout's per-response output.
 
@@ -152,6 +156,7 @@ def build_batch(
     tokens, 0 on tool results (multi-turn); None: every response token is the model's. turns / answers /
     score_fields / rollout_rewards as `ppokit.rollout.agent_loop.rollout` gives them; turns None: one model turn
     per row. response_texts are the final answers (the last model turn), what reward functions score.
+    token_switches[j][t]: weight switches before token t of response j (partial rollouts) -> token_version.
     """
     pad = tokenizer.pad_token_id
     P = max(len(prompt_ids[i]) for i in prompt_index)
@@ -162,6 +167,7 @@ def build_batch(
     response_mask = torch.zeros((B, R), dtype=torch.float32)
     logprobs = torch.zeros((B, R)) if rollout_logprobs is not None else None
     loss_mask = torch.zeros((B, R), dtype=torch.float32) if loss_masks is not None else None
+    switches = torch.zeros((B, R), dtype=torch.long) if token_switches is not None else None
     for j, (i, resp) in enumerate(zip(prompt_index, response_ids)):
         prompt = prompt_ids[i]
         input_ids[j, P - len(prompt) : P] = torch.tensor(prompt, dtype=torch.long)
@@ -174,6 +180,8 @@ def build_batch(
                 loss_mask[j, : len(resp)] = torch.tensor(loss_masks[j], dtype=torch.float32)
             if logprobs is not None:
                 logprobs[j, : len(resp)] = torch.tensor(rollout_logprobs[j][: len(resp)])
+            if switches is not None:
+                switches[j, : len(resp)] = torch.tensor(token_switches[j][: len(resp)], dtype=torch.long)
     if turns is None:
         turns = [[one_turn(ids, tokenizer)] for ids in response_ids]
     texts = answers if answers is not None else final_answers(response_ids, turns, tokenizer)
@@ -194,6 +202,7 @@ def build_batch(
         score_fields=score_fields if score_fields is not None else [{} for _ in response_ids],
         rollout_rewards=extra,
         policy_version=torch.full((B,), policy_version, dtype=torch.long),
+        token_version=None if switches is None else policy_version + switches.cummax(1).values,
     )
 
 

@@ -60,13 +60,14 @@ def generate(state, records: list[dict], sampling: SamplingParams, group_offset:
 
     prompt_ids = [r["_prompt_ids"] for r in records]
     texts = [r["_prompt_text"] for r in records]
+    version = getattr(state, "updates_done", 0)  # before generating: a partial rollout's update may end meanwhile
     out = run_rollout(state.rollout_engine, state.policy.tokenizer, prompt_ids, sampling, getattr(state, "agent", None),
                       [row_is_multi_turn(r) for r in records], [tools_kwargs_of(r) for r in records])
     batch = build_batch(
         records, prompt_ids, texts, out.prompt_index, out.response_ids, out.finish_reasons,
         state.policy.tokenizer, rollout_logprobs=out.logprobs, group_offset=group_offset,
         loss_masks=out.loss_mask, turns=out.turns, answers=out.answers, score_fields=out.score_fields,
-        rollout_rewards=out.rollout_rewards, policy_version=getattr(state, "updates_done", 0),
+        rollout_rewards=out.rollout_rewards, policy_version=version, token_switches=out.token_switches,
     )
     return replace(batch, temperature=sampling.temperature if sampling.temperature > 0 else 1.0,
                    stats={**batch.stats, **out.stats})

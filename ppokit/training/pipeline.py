@@ -15,9 +15,11 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
+from ppokit.rollout.base import WeightSwitch
 from ppokit.training.batch import RolloutBatch
 
 logger = logging.getLogger("ppokit")
@@ -29,9 +31,13 @@ class RolloutPipeline:
     threaded (k > 0): batch `consumed + k` is generated in a worker thread while the step consumes batch
     `consumed`, with the weights of before that step's update (the rollout engine must generate on its own copy of
     the weights; the weight sync calls `wait` first). The schedule is the inline one: batch i from version i - k.
+    partial_rollout (threaded, on an engine that takes a `WeightSwitch`): what the rows in flight do when the
+    update's weights arrive — finish on the old weights (counted) or switch to the new ones between two tokens
+    (at token `switch_token` of each decoding batch, else as soon as they are ready).
     """
 
-    def __init__(self, staleness: int, threaded: bool = False):
+    def __init__(self, staleness: int, threaded: bool = False, partial_rollout: str = "finish",
+                 switch_token: int | None = None):
         self.staleness = int(staleness)
         self.queue: deque[RolloutBatch] = deque()
         self.produced = 0  # batches generated so far (the index of the next one)
@@ -39,6 +45,8 @@ class RolloutPipeline:
         self.threaded = threaded and self.staleness > 0
         self._pool = None
         self._pending = None  # the batch being generated in the worker thread (a Future)
+        self.partial_rollout, self.switch_token = partial_rollout, switch_token
+        self.switch: WeightSwitch | None = None  # set by `threaded_engine` when the engine takes one
 
     def next_batch(self, produce: Callable[[], RolloutBatch]) -> RolloutBatch:
         """Fill the queue up to batch `consumed + k` with `produce` (the current weights), then hand out the oldest.
@@ -53,7 +61,9 @@ class RolloutPipeline:
 
             threads = torch.get_num_threads()
             self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="ppokit-rollout")
-            self._pending = self._pool.submit(_in_thread, produce, threads)
+            if self.switch is not None:
+                self.switch.begin()  # before the worker starts: an offer from now on meets a generation in flight
+            self._pending = self._pool.submit(_in_thread, produce, threads, self.switch)
         self.consumed += 1
         return self.queue.popleft()
 
@@ -61,7 +71,13 @@ class RolloutPipeline:
         """The batch the worker thread is generating joins the queue (its error is raised here)."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            self.queue.append(pending.result())
+            if self.switch is not None:
+                self.switch.release()  # a step without a weight sync: a loop waiting for weights goes on
+            batch = pending.result()
+            if self.switch is not None:  # rows that finished on the old weights after the new ones were offered
+                batch = replace(batch, stats={**batch.stats,
+                                              "async/rows_finished_on_old": float(self.switch.rows_on_old)})
+            self.queue.append(batch)
             self.produced += 1
 
     def close(self) -> None:
@@ -76,8 +92,9 @@ class RolloutPipeline:
         if self.staleness == 0 or batch.policy_version is None:
             return {}
         lag = (version - batch.policy_version).float()
-        return {"async/version_lag": float(lag.mean()), "async/version_lag/max": float(lag.max()),
-                "async/queue_batches": float(len(self.queue) + (self._pending is not None))}
+        metrics = {"async/version_lag": float(lag.mean()), "async/version_lag/max": float(lag.max()),
+                   "async/queue_batches": float(len(self.queue) + (self._pending is not None))}
+        return {**metrics, **newer_tokens(batch)}
 
     def versions(self) -> list[int]:
         """The policy version of each queued batch (its first row's), oldest first."""
@@ -106,9 +123,22 @@ class RolloutPipeline:
         self.queue = deque(state["queue"])
 
 
-def _in_thread(produce: Callable[[], RolloutBatch], threads: int) -> RolloutBatch:
+def newer_tokens(batch: RolloutBatch) -> dict[str, float]:
+    """async/tokens_from_newer: the share of the policy's tokens sampled by a newer version than the one their
+    row started with (partial_rollout: switch); nothing for a batch without per-token versions."""
+    if batch.token_version is None or batch.policy_version is None:
+        return {}
+    newer = (batch.token_version > batch.policy_version[:, None]).float()
+    return {"async/tokens_from_newer": float((newer * batch.loss_mask).sum() / batch.loss_mask.sum().clamp_min(1))}
+
+
+def _in_thread(produce: Callable[[], RolloutBatch], threads: int, switch: WeightSwitch | None) -> RolloutBatch:
     torch.set_num_threads(threads)  # the trainer's count: the same kernels split their work the same way
-    return produce()
+    try:
+        return produce()
+    finally:
+        if switch is not None:
+            switch.end()  # an offer waiting for this generation applies its weights now
 
 
 class WaitingEngine:
@@ -122,6 +152,9 @@ class WaitingEngine:
         return self.engine.generate(prompt_token_ids, sampling)
 
     def update_weights(self, model) -> None:
+        if self.pipeline.switch is not None:  # into the generation in flight, or once it finished
+            self.pipeline.switch.offer(model)
+            return
         self.pipeline.wait()
         self.engine.update_weights(model)
 
@@ -131,8 +164,18 @@ class WaitingEngine:
 
 def threaded_engine(engine, model, pipeline: RolloutPipeline):
     """The engine a threaded pipeline needs: generating on its own copy of the weights (the hf engine on the live
-    model gets one now, synced from `model`), its weight sync waiting for the worker."""
-    if hasattr(engine, "use_own_copy"):  # the hf engine (vLLM holds its own weights already)
+    model gets one now, synced from `model`), its weight sync waiting for the worker — or, on the hf engine, handed
+    to the worker's decoding loop through a `WeightSwitch` (partial_rollout)."""
+    if hasattr(engine, "attach_switch"):  # the hf engine: its own copy, weights taken between tokens
+        pipeline.switch = WeightSwitch(pipeline.partial_rollout, pipeline.switch_token)
+        engine.attach_switch(pipeline.switch)
+    elif pipeline.partial_rollout == "switch":
+        from ppokit.errors import PpokitError
+
+        raise PpokitError(f"partial_rollout: switch needs the hf engine's decoding loop; {type(engine).__name__} "
+                          "finishes its rows on the weights they started with. Set partial_rollout: finish, or "
+                          "rollout_engine: hf.")
+    elif hasattr(engine, "use_own_copy"):
         engine.use_own_copy()
     return WaitingEngine(engine, pipeline)
 
