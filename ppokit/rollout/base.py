@@ -163,6 +163,8 @@ class WeightSwitch:
         """Before the logits of token t, with `rows_done` rows of the generation finished: True when the weights
         were just switched (mode switch; at token `at_token` it first waits for them)."""
         with self._cond:
+            if not self._running:  # a generation the pipeline did not start (inline, evaluation): nothing overlaps
+                return False
             self.rows_done = rows_done
             if self.mode != "switch" or self.switches:
                 return False
