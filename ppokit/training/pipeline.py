@@ -5,7 +5,9 @@ updates done when the weights that generated it were synced): before consuming b
 batch i + k with the current weights. The schedule is fixed, so a run repeats to the bit; k = 0 is exactly the
 synchronous step (produce, then consume). Every row carries its `policy_version`, so the lag a batch trains at is
 measured, never assumed. The queue's batches are part of a checkpoint (`state_dict`), so a resumed run consumes
-the very batches the uninterrupted one would have.
+the very batches the uninterrupted one would have. With the threaded producer, `partial_rollout` says whether the
+rows still running when the update's weights arrive finish on the old weights (counted) or switch to the new ones
+between two tokens (`ppokit.rollout.base.WeightSwitch`, each token's version in `batch.token_version`).
 
 Also here: `DriftWatch`, the console's one warning when the rollout-vs-trainer log-prob difference keeps rising.
 """
