@@ -134,7 +134,8 @@ class WeightSwitch:
         self._running = self._released = False
         self._done_at_offer = 0
         self.switches = 0  # weight switches in the current generation
-        self.rows_done = 0  # rows of the current generation finished so far (the decoding loop reports them)
+        self.rows_done = 0  # rows of the current generation finished so far, over all its generate calls (model
+        # turns in a multi-turn rollout); the engine reports them
         self.rows_on_old = 0  # rows it finished on the old weights after new ones were offered (0 with at_token:
         # there the new weights count as ready at token s, and every row still running then switches)
 

@@ -104,6 +104,7 @@ class HFRolloutEngine:
         logprobs: list[list[float]] = []
         switched: list[list[int]] = []
         start_switches = 0 if self.weight_switch is None else self.weight_switch.switches
+        rows_base = 0 if self.weight_switch is None else self.weight_switch.rows_done  # earlier generate calls
         rng = torch.random.fork_rng(devices=_rng_devices(model)) if sampling.seed is not None else contextlib.nullcontext()
         model.eval()
         try:
@@ -114,7 +115,7 @@ class HFRolloutEngine:
                     torch.manual_seed(sampling.seed)
                 for start in range(0, len(prompt_token_ids), step):
                     new_tokens, new_logprobs, switches = self._generate_batch(
-                        model, prompt_token_ids[start : start + step], sampling, len(rows))
+                        model, prompt_token_ids[start : start + step], sampling, rows_base + len(rows))
                     for j, (row, row_logprobs) in enumerate(zip(new_tokens.tolist(), new_logprobs.tolist())):
                         ids, reason = self._cut(row)
                         rows.append(ids)
@@ -123,7 +124,7 @@ class HFRolloutEngine:
                         if switches is not None:
                             switched.append((switches[j, : len(ids)] - start_switches).tolist())
                     if self.weight_switch is not None:
-                        self.weight_switch.poll(0, len(rows))  # rows finished so far; never a switch at t = 0
+                        self.weight_switch.poll(0, rows_base + len(rows))  # rows finished so far
         finally:
             model.train(was_training)
         index = [i for i in range(len(prompt_token_ids)) for _ in range(sampling.n)]
