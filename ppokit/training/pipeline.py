@@ -107,8 +107,11 @@ class RolloutPipeline:
         if self.staleness == 0:
             return "synchronous (staleness_threshold=0)"
         versions = ", ".join(map(str, self.versions())) or "-"
+        switch = "" if self.partial_rollout != "switch" else \
+            f", partial rollouts switch at token {self.switch_token}" if self.switch_token else \
+            ", partial rollouts switch when the weights are ready"
         return (f"staleness_threshold={self.staleness}, queue {len(self.queue)} batches (policy versions "
-                f"{versions}), {self.produced} produced, {self.consumed} consumed")
+                f"{versions}), {self.produced} produced, {self.consumed} consumed{switch}")
 
     def state_dict(self) -> dict:
         """Everything a resume needs to consume the same batches: the counters and the queued batches."""

@@ -75,6 +75,7 @@ def test_a_scheduled_switch_records_token_versions_repeats_to_the_bit_and_surviv
     assert second["async/tokens_from_newer"] > 0
     check_versions(a.last_batch, 2)  # batch 1: version 0 until token 2, version 1 after
     assert second["async/rows_finished_on_old"] == 0.0  # scheduled: every row still running switches
+    assert "partial rollouts switch at token 2" in repr(a)
     path = a.save()
     queued = a.pipeline.queue[0]
     assert queued.token_version is not None
