@@ -50,7 +50,7 @@ def test_the_shipped_tool_task_trains_two_asynchronous_steps(tiny_model_dir, tmp
     monkeypatch.chdir(tmp_path)  # the config's data/multiply/ is generated here
     s = Session.from_json(str(CONFIG), actor_model_name_or_path=tiny_model_dir, global_batch_size=2, rollout_n=2,
                           global_mini_batch_size=2, per_device_train_batch_size=4, max_prompt_len=640,
-                          max_dec_len=160, max_length=800, learning_rate=1e-3, max_steps=2, bf16=False,
+                          max_dec_len=160, max_length=800, learning_rate=1e-3, max_steps=2, bf16=False, train_data_size=16,
                           staleness_threshold=1, rollout_is="token", async_producer=producer,
                           output_dir=str(tmp_path / "out"), logging_dir=str(tmp_path / "vdl"), report_to=["none"],
                           save_strategy="no", disable_tqdm=True)
