@@ -2,7 +2,8 @@
 they must (issue 37): the same batches consumed at each step (every rank's prompts together = the 1-process
 batch's, in the same groups), the same version tags and lag metrics, the same gathered batch metrics, and weights
 equal to float round-off. Rows come from a scripted engine (`async_ranks.EchoScript`) so both runs generate the
-same sequences; the weights then differ only by the reduction order of the gradients."""
+same sequences; the weights then differ only by the reduction order of the gradients (learning rate 1 with
+adam_epsilon 1, `dist_helpers.update_overrides`: a wrong gradient shows in the weights)."""
 
 import json
 
@@ -19,8 +20,7 @@ def run(tmp_path, model: str, nproc: int, **overrides) -> dict:
     data = tmp_path / "train.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"say a {i}:"}) for i in range(16)) + "\n")
     spec = dict(model=model, data=str(data), out_dir=str(tmp_path),
-                overrides=dict(staleness_threshold=1, rollout_is="token", sharding="stage2", learning_rate=1e-3,
-                               **overrides))
+                overrides=dict(staleness_threshold=1, rollout_is="token", sharding="stage2", **overrides))
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = torchrun(HERE / "async_ranks.py", str(tmp_path / "spec.json"), nproc=nproc)
     assert done.returncode == 0, tail(done)
@@ -34,6 +34,7 @@ def together(step: dict) -> list[tuple[int, str, int]]:
     return sorted(rows)
 
 
+@pytest.mark.slow  # two torchrun launches (1 and 2 processes): 1-3 minutes on 2 shared cores
 def test_two_ranks_consume_the_batches_one_process_consumes(tiny_model_dir, tmp_path):
     one = run(tmp_path / "one", tiny_model_dir, 1)
     two = run(tmp_path / "two", tiny_model_dir, 2)
