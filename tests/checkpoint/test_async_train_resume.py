@@ -55,7 +55,12 @@ def train(cfg: dict) -> Session:
 @pytest.fixture(scope="module", params=list(MODES))
 def reference(request, tiny_model_dir, tmp_path_factory) -> tuple[str, Path]:
     folder = tmp_path_factory.mktemp(f"reference-{request.param}")
-    train(config(tiny_model_dir, folder, request.param))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the tests' own runs (conftest's one_thread starts after module fixtures)
+    try:
+        train(config(tiny_model_dir, folder, request.param))
+    finally:
+        torch.set_num_threads(before)
     return request.param, folder / "out"
 
 

@@ -2,7 +2,9 @@
 they must (issue 37): the same batches consumed at each step (every rank's prompts together = the 1-process
 batch's, in the same groups), the same version tags and lag metrics, the same gathered batch metrics, and weights
 equal to float round-off. Rows come from a scripted engine (`async_ranks.EchoScript`) so both runs generate the
-same sequences; the weights then differ only by the reduction order of the gradients (learning rate 1 with
+same sequences, and one optimizer step per rollout step (global_mini_batch_size = global_batch_size: with two
+mini-batches 1 process trains prompts {0, 1} then {2, 3}, 2 ranks {0, 2} then {1, 3}, a legitimately different
+trajectory), so the weights differ only by the reduction order of the gradients (learning rate 1 with
 adam_epsilon 1, `dist_helpers.update_overrides`: a wrong gradient shows in the weights)."""
 
 import json
@@ -20,7 +22,8 @@ def run(tmp_path, model: str, nproc: int, **overrides) -> dict:
     data = tmp_path / "train.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"say a {i}:"}) for i in range(16)) + "\n")
     spec = dict(model=model, data=str(data), out_dir=str(tmp_path),
-                overrides=dict(staleness_threshold=1, rollout_is="token", sharding="stage2", **overrides))
+                overrides=dict(staleness_threshold=1, rollout_is="token", sharding="stage2", global_mini_batch_size=4,
+                               **overrides))
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = torchrun(HERE / "async_ranks.py", str(tmp_path / "spec.json"), nproc=nproc)
     assert done.returncode == 0, tail(done)
