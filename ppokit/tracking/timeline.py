@@ -5,12 +5,15 @@ drawn as one static SVG (no script, no network), e.g. the synchronous step again
     timeline = Timeline()
     batch = timeline.produce(s.produce)()                      # stamps the rollout and reward of the batch
     metrics = timeline.consume(s.consume, batch)              # stamps its log-probs, update and the rest
+    timeline.watch(s.pipeline)                                # a producer thread: its waits are not update
     batch = s.pipeline.next_batch(timeline.produce(s.produce))  # the queue's producer, maybe in its thread
     display(HTML(timeline_svg(timeline.spans, "k = 1")))
 
 Each call is stamped with the wall clock where it starts and ends; the phases inside it are laid out from the
 durations the step measures itself (`timing/rollout_s`, `timing/reward_s`, `timing/ref_s`, `timing/old_logprob_s`,
-`timing/update_s`), so the bars are the step's own numbers, in the order the phases run.
+`timing/update_s`), so the bars are the step's own numbers, in the order the phases run. The update's time holds
+the weight sync, which with a producer thread first waits for the batch being generated; `watch(pipeline)` times
+those waits, so the update bar is the update and the wait is drawn as such.
 """
 
 from __future__ import annotations
@@ -46,6 +49,21 @@ class Timeline:
     origin: float = field(default_factory=time.perf_counter)
     produced: int = 0
     consumed: int = 0
+    waited: float = 0.0  # seconds spent waiting for the producer thread since the current consume began
+    ends: list[float] = field(default_factory=list)  # when each consume returned
+
+    def watch(self, pipeline) -> None:
+        """Time every `pipeline.wait()` (the weight sync's wait for the producer thread) on this pipeline."""
+        wait = pipeline.wait
+
+        def timed_wait():
+            started = time.perf_counter()
+            try:
+                wait()
+            finally:
+                self.waited += time.perf_counter() - started
+
+        pipeline.wait = timed_wait
 
     def _now(self) -> float:
         return time.perf_counter() - self.origin
@@ -68,12 +86,18 @@ class Timeline:
         """`consume(batch)` stamped: its log-probs and update spans, then what is left of the call (waiting for
         a producer thread, logging). Returns consume's metrics."""
         index, self.consumed = self.consumed, self.consumed + 1
-        start = self._now()
+        start, self.waited = self._now(), 0.0
         metrics = consume(batch)
         logprobs = metrics.get("timing/ref_s", 0.0) + metrics.get("timing/old_logprob_s", 0.0)
-        self._lay_out(_lane(), index, start, self._now(),
-                      [("log-probs", logprobs), ("update", metrics.get("timing/update_s", 0.0))], rest="wait + log")
+        update = max(metrics.get("timing/update_s", 0.0) - self.waited, 0.0)  # the sync's wait is at its end
+        self.ends.append(self._now())
+        self._lay_out(_lane(), index, start, self.ends[-1], [("log-probs", logprobs), ("update", update)],
+                      rest="wait + log")
         return metrics
+
+    def step_seconds(self) -> list[float]:
+        """Wall time of each step: from the end of one consume to the end of the next (the first from the start)."""
+        return [b - a for a, b in zip([0.0, *self.ends], self.ends)]
 
     def _lay_out(self, lane: str, index: int, start: float, end: float, phases, rest: str | None = None) -> None:
         """Phases back to back from `start`, each cut at `end`; `rest` names the time left up to `end`."""

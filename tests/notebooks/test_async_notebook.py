@@ -32,7 +32,9 @@ def test_async_timeline_notebook(tiny_model_dir, tmp_path, kernel_path, monkeypa
         'xmlns="http', "")  # static: no script, nothing fetched
     assert "synchronous (k = 0)" in html and "asynchronous (k = 1, thread)" in html
     assert ">producer thread</text>" in html and html.count(">main thread</text>") == 2
-    assert re.search(r"3 steps: synchronous \d+\.\d s, asynchronous \d+\.\d s", output(nb, "display(HTML("))
+    summary = output(nb, "display(HTML(")
+    assert re.search(r"^steps' wall time, synchronous:( \d+\.\d\d){3} \| asynchronous:( \d+\.\d\d){3} \(s\)$", summary, re.M)
+    assert re.search(r"max\(rollout \+ update, rollout \+ wait\) = \d+\.\d\d s against \d+\.\d\d s synchronous", summary)
     from nbconvert import HTMLExporter
 
     page, _ = HTMLExporter().from_notebook_node(nb)  # `jupyter nbconvert --to html`: the timelines are in the page

@@ -53,3 +53,23 @@ def test_the_svg_is_static_with_a_bar_and_a_tooltip_per_span():
     assert len(re.findall(r"<rect [^>]*stroke=", svg)) == 3  # one bar per span (the legend's squares have none)
     assert "<title>rollout, batch 1: 1-2 s</title>" in svg and ">producer thread</text>" in svg
     assert "no step was stamped" in timeline_svg([], "empty")
+
+
+def test_the_producers_wait_inside_the_sync_is_not_drawn_as_update():
+    class Pipeline:
+        def wait(self):
+            time.sleep(0.05)
+
+    def consume_that_waits(batch):
+        started = time.perf_counter()
+        time.sleep(0.02)  # the update's own work
+        pipeline.wait()  # then the weight sync waits for the producer thread
+        return {"timing/update_s": time.perf_counter() - started}
+
+    pipeline, t = Pipeline(), Timeline()
+    t.watch(pipeline)
+    metrics = t.consume(consume_that_waits, None)
+    update = next(s for s in t.spans if s.phase == "update")
+    assert t.waited > 0 and abs((update.end - update.start) - (metrics["timing/update_s"] - t.waited)) < 1e-9
+    rest = next(s for s in t.spans if s.phase == "wait + log")  # the wait, then the logging
+    assert rest.end - rest.start >= t.waited - 1e-9 and t.step_seconds() == [t.ends[0]]
