@@ -2,8 +2,8 @@
 agree with the rule reward better than chance. Slow (a 135M model reading 128 prompts of ~220 tokens on CPU).
 
 History (docs/rewards.md): score_10 parsed 0 of 16 verdicts; zero-shot yes_no + p_yes gave r = 0.151 on 64 answers
-(z = 1.20, chance). The yes_no_fewshot template was chosen on answers drawn with seed 1 (r = 0.72 on 64 of them,
-among seven prompt variants probed); this test measures it on answers it was not chosen on (seed 0)."""
+(z = 1.20, chance). The yes_no_fewshot template was chosen among nine probed variants on answers drawn with seed 1
+(r = 0.72 on 64 of them) and never run on this test's answers (seed 0) before this measurement."""
 
 from __future__ import annotations
 
