@@ -28,8 +28,9 @@ class JudgeArguments(BaseModel):
         False, description="Allow a judge endpoint that is not on this machine (loopback only by default).")
     judge_template: str = Field(
         "score_10", description="Judge prompt: score_10 (1-10 against the reference answer), pairwise (answer vs "
-        "reference, both orders), rubric (each judge_rubric item yes/no), yes_no (is the answer correct), or a file path / inline Jinja or "
-        "{format} template of your own.")
+        "reference, both orders), rubric (each judge_rubric item yes/no), yes_no (is the answer correct), "
+        "yes_no_fewshot (does the answer equal the reference answer, after 4 worked examples; with judge_parser p_yes "
+        "for small judges), or a file path / inline Jinja or {format} template of your own.")
     judge_parser: Literal["score", "choice", "yes_no", "p_yes"] | None = Field(
         None, description="How a verdict becomes a number: score ('Score: N' on judge_score_range -> 0..1), choice "
         "('Verdict: A|B|tie'), yes_no ('Verdict: yes|no' or a first word yes/no), p_yes (P(yes)/(P(yes)+P(no)) of "

@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--judge", metavar="MODEL", help="score with an LLM judge: a model folder, .gguf file or alias "
                        "(in this process), or an OpenAI-compatible endpoint URL (docs/rewards.md)")
     j = p.add_argument_group("judge (with --judge)")
-    j.add_argument("--judge-template", default="score_10", help="score_10, pairwise, rubric, yes_no, or a template file")
+    j.add_argument("--judge-template", default="score_10", help="score_10, pairwise, rubric, yes_no, yes_no_fewshot, or a template file")
     j.add_argument("--judge-parser", choices=("score", "choice", "yes_no", "p_yes"), help="verdict parser (default: the template's)")
     j.add_argument("--judge-rubric", action="append", metavar="ITEM", help="a rubric item (repeat for several)")
     j.add_argument("--judge-backend", choices=("hf", "vllm", "openai"), help="default: openai for a URL, else hf")

@@ -117,6 +117,10 @@ class JudgeReward:
             reference = _text(labels[i])
             base = {"question": question, "answer": answer, "reference": reference}
             mode = self.template.mode
+            if reference is None and self.template.needs_reference:
+                raise RewardError(f"the judge template {self.template.name} compares each answer with the reference "
+                                  f"answer, but {_where(i, records)} has none (no label / tgt); give one, or use "
+                                  "judge_template: score_10", i)
             if mode == "score":
                 jobs.append(_Job(i, "score", self.template.render(**base)))
             elif mode == "pairwise":

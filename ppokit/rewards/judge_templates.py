@@ -1,11 +1,13 @@
 """The judge's prompts and the parsers that turn its verdicts into numbers.
 
-A template renders the judge's chat messages for one question; three are built in:
+A template renders the judge's chat messages for one question; five are built in:
 
     score_10   "rate the answer from 1 to 10 against the reference answer"   parser: score (1..10 -> 0..1)
     pairwise   "which answer is better, A or B?"                              parser: choice (A / B / tie)
     rubric     "does the answer meet this rubric item? yes or no" (one call per item) parser: yes_no
     yes_no     "is the answer correct? one word: yes or no"                   parser: yes_no (or p_yes)
+    yes_no_fewshot  "does the given answer equal the reference answer?" after 4 worked examples (chat turns)
+               parser: yes_no; p_yes for small judges (the bundled SmolLM2-135M does better than chance with it)
 
 A user's own template is a file path or inline text: Jinja (`{{ question }}`, `{% if reference %}`) when it holds
 `{{` or `{%`, else Python format fields (`{question}`). Its fields: question, answer, reference, answer_a,
@@ -72,10 +74,24 @@ Given answer:
 Is the given answer correct{% if reference %} (the same as the reference answer){% endif %}? Reply with one word: \
 yes or no."""
 
+# For small judges (read with judge_parser p_yes): one short question whose answer is a comparison with the
+# reference, asked after four worked examples (two equal, two not) answered as the judge should. SmolLM2-135M does
+# not follow the zero-shot yes_no instruction (its P(yes) barely moves with correctness) but continues this pattern:
+# docs/rewards.md has the measurement. No question in the prompt: the judge compares, it does not solve.
+YES_NO_FEWSHOT = """Reference answer: {{ reference }}
+Given answer: {{ answer }}
+Does the given answer equal the reference answer? Reply yes or no."""
+FEWSHOT_EXAMPLES = (({"question": "What is 4 + 3?", "reference": "7", "answer": "7"}, "yes"),
+                    ({"question": "What is 6 - 2?", "reference": "4", "answer": "5"}, "no"),
+                    ({"question": "What is 8 + 1?", "reference": "9", "answer": "9"}, "yes"),
+                    ({"question": "What is 3 + 9?", "reference": "12", "answer": "13"}, "no"))
+
 BUILTIN = {"score_10": (SCORE_10, "score"), "pairwise": (PAIRWISE, "choice"), "rubric": (RUBRIC, "yes_no"),
-           "yes_no": (YES_NO, "yes_no")}
+           "yes_no": (YES_NO, "yes_no"), "yes_no_fewshot": (YES_NO_FEWSHOT, "yes_no")}
 PARSERS = ("score", "choice", "yes_no", "p_yes")
-MODES = {"score_10": "score", "pairwise": "pairwise", "rubric": "rubric", "yes_no": "score"}
+MODES = {"score_10": "score", "pairwise": "pairwise", "rubric": "rubric", "yes_no": "score", "yes_no_fewshot": "score"}
+EXAMPLES = {"yes_no_fewshot": FEWSHOT_EXAMPLES}
+NEEDS_REFERENCE = ("yes_no_fewshot",)
 
 
 @dataclass(frozen=True)
@@ -88,8 +104,18 @@ class Template:
     mode: str  # score (one call per answer) | pairwise (two calls, both orders) | rubric (one call per item)
     jinja: bool = True
     system: str | None = SYSTEM
+    examples: tuple[tuple[dict, str], ...] = ()  # worked (fields, verdict) pairs asked and answered before the case
+    needs_reference: bool = False  # it compares the answer with the reference answer: a record without one is an error
 
     def render(self, **fields) -> list[dict]:
+        """The system message, each worked example as a user turn and the judge's answer, then the case."""
+        messages = [{"role": "system", "content": self.system}] if self.system else []
+        for example, verdict in self.examples:
+            messages += [{"role": "user", "content": self._user({**fields, **example})},
+                         {"role": "assistant", "content": verdict}]
+        return messages + [{"role": "user", "content": self._user(fields)}]
+
+    def _user(self, fields: dict) -> str:
         if self.jinja:
             import jinja2
 
@@ -105,8 +131,7 @@ class Template:
             except (KeyError, IndexError, ValueError) as exc:
                 raise ValueError(f"judge template {self.name!r} names a field it was not given ({exc}); its fields "
                                  f"are {sorted(fields)}") from exc
-        user = re.sub(r"\n{3,}", "\n\n", user).strip()
-        return ([{"role": "system", "content": self.system}] if self.system else []) + [{"role": "user", "content": user}]
+        return re.sub(r"\n{3,}", "\n\n", user).strip()
 
 
 def load_template(spec: str, parser: str | None = None, mode: str | None = None) -> Template:
@@ -120,7 +145,8 @@ def load_template(spec: str, parser: str | None = None, mode: str | None = None)
         raise ValueError(f"judge_parser is {parser!r}; use one of {', '.join(PARSERS)}")
     if spec in BUILTIN:
         text, own = BUILTIN[spec]
-        return Template(spec, text, parser or own, mode or MODES[spec])
+        return Template(spec, text, parser or own, mode or MODES[spec], examples=EXAMPLES.get(spec, ()),
+                        needs_reference=spec in NEEDS_REFERENCE)
     path = Path(spec).expanduser()
     looks_like_path = "\n" not in spec and len(spec) < 4096 and spec.endswith((".j2", ".jinja", ".txt", ".md"))
     if looks_like_path and not path.is_file():

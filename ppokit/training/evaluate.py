@@ -112,25 +112,57 @@ def eval_chunks(n_records: int, per_call: int, rank: int, world: int, balanced: 
     return mine
 
 
-def judge_batch(state, batch, start: int, chunk: list[dict], samples: list | None) -> list[tuple[str, tuple]]:
-    """[(task, (rewards, corrects, answers)) per prompt of the chunk]: the rows scored by training's rule
-    (`phases.rewards_of`: final answers, the conversation, the tools' step rewards), then judged."""
+def judge_batch(state, batch, start: int, chunk: list[dict], samples: list | None):
+    """([(task, (rewards, corrects, answers)) per prompt of the chunk], what the reward sources reported): the
+    rows scored by training's rule (`phases.rewards_of`: final answers, the conversation, the tools' step rewards),
+    then judged. A prompt with an unscored row (a reward source under reward_on_error: skip_group gave none) is
+    left out of the metrics and counted in `eval/skipped_groups`; its rows still go to `samples`, reward NaN."""
+    from ppokit.rewards.reports import take_reports
     from ppokit.training.phases import rewards_of
 
-    rewards, _ = rewards_of(state, batch)
+    rewards, per_fn = rewards_of(state, batch)
+    reported, notes = take_reports(state.reward_fns, len(batch))  # e.g. the judge's counts, cost and verdicts
+    reported = dict(reported)
     out = []
     for i in range(len(chunk)):
         idx = [j for j in range(len(batch)) if int(batch.group_ids[j]) == start + i]
         judged = [judge(batch.records[j], batch.response_texts[j], float(rewards[j])) for j in idx]
-        out.append((chunk[i].get("task") or "all",
-                    ([float(rewards[j]) for j in idx], [c for c, _ in judged], [a for _, a in judged])))
+        if any(math.isnan(float(rewards[j])) for j in idx):
+            reported["skipped_groups"] = reported.get("skipped_groups", 0.0) + 1.0
+        else:
+            out.append((chunk[i].get("task") or "all",
+                        ([float(rewards[j]) for j in idx], [c for c, _ in judged], [a for _, a in judged])))
         if samples is not None:
-            samples.extend(eval_sample(batch, j, float(rewards[j]), c, a) for j, (c, a) in zip(idx, judged))
+            for j, (c, a) in zip(idx, judged):
+                row = eval_sample(batch, j, float(rewards[j]), c, a)
+                if len(per_fn) > 1 or notes[j]:  # each source's own score beside the verdict it gave
+                    row.update({f"reward/{k}": float(v[j]) for k, v in per_fn.items()})
+                samples.append({**row, **notes[j]})
+    return out, reported
+
+
+def eval_metric_names(reported: dict[str, float]) -> dict[str, float]:
+    """What reward sources reported over an evaluation, renamed for it: reward/X -> eval/X, timing/X ->
+    timing/eval_X, judge/X -> eval/judge_X (so reward/judge_unparsed, timing/judge_s, judge/tokens of the training
+    steps are eval/judge_unparsed, timing/eval_judge_s, eval/judge_tokens here, never mixed with them)."""
+    out: dict[str, float] = {}
+    for key, value in reported.items():
+        head, _, tail = key.partition("/")
+        if not tail:
+            name = f"eval/{head}"
+        elif head == "timing":
+            name = f"timing/eval_{tail}"
+        elif head == "reward":
+            name = f"eval/{tail}"
+        else:
+            name = f"eval/{head}_{tail.replace('/', '_')}"
+        out[name] = out.get(name, 0.0) + value
     return out
 
 
-def generate_and_judge(state, args, records: list[dict], samples: list | None = None) -> dict[str, list]:
-    """{task: [(rewards, corrects, answers) per prompt]} for `eval_rollout_n` responses per record.
+def generate_and_judge(state, args, records: list[dict], samples: list | None = None):
+    """({task: [(rewards, corrects, answers) per prompt]}, what the reward sources reported, summed over the
+    generation calls) for `eval_rollout_n` responses per record.
 
     Sampling is seeded from `seed` per generation call (`SamplingParams.seed`), so an evaluation is
     repeatable and leaves the training rollouts exactly as they would be without it. `samples`, when
@@ -152,9 +184,9 @@ def generate_and_judge(state, args, records: list[dict], samples: list | None = 
         # a per-call seed: the engine samples from its own stream, the training RNG is left alone
         batch = generate(state, chunk, replace(sampling, seed=args.seed + start), group_offset=start)
         rows = [] if samples is not None else None
-        judged = judge_batch(state, batch, start, chunk, rows)
+        judged, reported = judge_batch(state, batch, start, chunk, rows)
         if keep:
-            done.append((start, judged, rows))
+            done.append((start, judged, rows, reported))
     if world > 1:
         import torch.distributed as dist
 
@@ -162,12 +194,15 @@ def generate_and_judge(state, args, records: list[dict], samples: list | None = 
         dist.all_gather_object(gathered, done)
         done = sorted((d for part in gathered for d in part), key=lambda d: d[0])
     groups: dict[str, list] = defaultdict(list)
-    for _, judged, rows in done:
+    reported: dict[str, float] = {}
+    for _, judged, rows, part in done:
         for task, group in judged:
             groups[task].append(group)
         if samples is not None:
             samples.extend(rows)
-    return groups
+        for key, value in part.items():
+            reported[key] = reported.get(key, 0.0) + value
+    return groups, reported
 
 
 def evaluate(state, args, k: int | None = None, samples: list | None = None) -> dict[str, float]:
@@ -175,11 +210,16 @@ def evaluate(state, args, k: int | None = None, samples: list | None = None) -> 
 
     Returns eval/mean@n, eval/pass@1, eval/pass@k (k = `k` or n), eval/maj@n where the task verifier
     extracts answers, and eval/accuracy, overall and (with several tasks) per task as eval/<task>/...
+    What reward sources report is logged under eval names (`eval_metric_names`): an LLM judge's
+    eval/judge_unparsed, eval/judge_errors, eval/judge_tokens, eval/judge_calls and timing/eval_judge_s, and
+    eval/skipped_groups for prompts left unscored under reward_on_error: skip_group. `samples` rows carry each
+    source's score (`reward/<name>`) and the judge's reasoning (`judge_verdict`).
     """
     started = time.perf_counter()
     records = eval_records(state, args)
-    groups = generate_and_judge(state, args, records, samples)
+    groups, reported = generate_and_judge(state, args, records, samples)
     metrics = summarize(groups, k or max(1, args.eval_rollout_n))
+    metrics.update(eval_metric_names(reported))
     metrics["eval/prompts"] = float(len(records))
     metrics["timing/eval_s"] = time.perf_counter() - started
     return metrics

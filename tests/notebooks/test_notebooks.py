@@ -57,6 +57,12 @@ def output(nb, source_start: str) -> str:
     return "".join(parts)
 
 
+def html_output(nb, source_start: str) -> str:
+    """The text/html output of the code cell whose source starts with `source_start`."""
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(source_start)]
+    return "".join(o.data["text/html"] for o in cell.outputs if "text/html" in o.get("data", {}))
+
+
 def widgets(nb) -> list[dict]:
     """The saved state of every widget model the notebook displayed."""
     store = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
@@ -133,7 +139,17 @@ def test_reward_server(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
     assert [line.split(":")[0] for line in trained] == ["step 1", "step 2"]
     served = re.search(r"requests (\d+), items scored (\d+), errors 1", output(nb, "stats = httpx.get"))
     assert served and int(served.group(1)) >= 4 and int(served.group(2)) >= 3 + 2 + 2 * 8
-    assert output(nb, "server.should_exit = True").strip() == "server stopped: True"
+    assert output(nb, "import html").strip().startswith("judge endpoint: http://127.0.0.1:")
+    table = html_output(nb, "cases = [")
+    assert table.startswith("<table") and "<script" not in table.lower()
+    cells = re.findall(r"<tr>(.*?)</tr>", table, re.S)
+    assert len(cells) == 1 + 5  # a header and one row per answer
+    second = re.findall(r"<td[^>]*>(.*?)</td>", cells[2], re.S)
+    assert second == ["What is 5 + 2?", "7", "The answer is 8.", "0", "0.11",  # (2 - 1) / 9
+                      "The answer&#x27;s last number, 8, is not the reference answer 7.\nScore: 2"]
+    assert "judge and rule agree on 5 of 5 answers" in output(nb, "cases = [")
+    assert output(nb, "failed = httpx.post").startswith("500 ") and "did not parse" in output(nb, "failed = httpx")
+    assert output(nb, "for srv, th in").strip() == "servers stopped: True"
 
 
 @pytest.mark.slow

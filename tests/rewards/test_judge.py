@@ -117,6 +117,23 @@ def test_user_templates_format_and_jinja(tmp_path):
         load_template("{answer} {nope}").render(question="q", answer="a", reference=None)
 
 
+
+def test_fewshot_template_asks_its_worked_examples_as_chat_turns_before_the_case():
+    client = Scripted(lambda text: JudgeReply(text="yes", tokens=3, first_token_probs={"yes": 0.6, "no": 0.2}))
+    j = JudgeReward(client, load_template("yes_no_fewshot", parser="p_yes"))
+    assert j(["What is 5 + 2?"], ["8"], label=["7"]) == [pytest.approx(0.75)]
+    (messages,) = client.asked
+    assert [m["role"] for m in messages] == ["system"] + ["user", "assistant"] * 4 + ["user"]
+    assert [m["content"] for m in messages[2:9:2]] == ["yes", "no", "yes", "no"]  # two equal, two not
+    assert messages[1]["content"] == ("Reference answer: 7\nGiven answer: 7\nDoes the given answer equal the "
+                                      "reference answer? Reply yes or no.")
+    assert messages[-1]["content"] == ("Reference answer: 7\nGiven answer: 8\nDoes the given answer equal the "
+                                       "reference answer? Reply yes or no.")
+    assert load_template("yes_no_fewshot").parser == "yes_no"  # a text verdict unless p_yes is asked for
+    with pytest.raises(RewardError, match="compares each answer with the reference answer.*has none"):
+        j(["What is 5 + 2?"], ["8"])
+
+
 # ---------------------------------------------------------------- scoring and failures
 
 

@@ -1,5 +1,9 @@
 """The bundled SmolLM2-135M-Instruct judging short arithmetic answers whose right answer is known: its scores must
-agree with the rule reward better than chance. Slow (a 135M model generating on CPU for minutes)."""
+agree with the rule reward better than chance. Slow (a 135M model reading 128 prompts of ~220 tokens on CPU).
+
+History (docs/rewards.md): score_10 parsed 0 of 16 verdicts; zero-shot yes_no + p_yes gave r = 0.151 on 64 answers
+(z = 1.20, chance). The yes_no_fewshot template was chosen among nine probed variants on answers drawn with seed 1
+(r = 0.72 on 64 of them) and never run on this test's answers (seed 0) before this measurement."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import statistics
 
 import pytest
 
-N = 64  # answers judged: half right, half wrong
+N = 128  # answers judged: half right, half wrong (off by -3..+3 or +10)
 
 
 def arithmetic_answers(n: int, seed: int = 0):
@@ -33,10 +37,6 @@ def arithmetic_answers(n: int, seed: int = 0):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "measured 2026-12-02 on an AVX2-only AMD EPYC: SmolLM2-135M's P(yes) agrees with the rule reward only weakly, "
-    "Pearson r = 0.151 on 64 answers (z = 1.20, not better than chance at 5 %); 32-answer probes gave r = 0.30 "
-    "(this template), 0.30 (a bare reference-vs-answer template), 0.11 / -0.06 / 0.17 (three few-shot variants)"))
 def test_smollm2_judge_agrees_with_the_rule_reward_better_than_chance(capsys):
     import importlib.util
 
@@ -47,10 +47,11 @@ def test_smollm2_judge_agrees_with_the_rule_reward_better_than_chance(capsys):
     from ppokit.rewards.judge_templates import load_template
 
     prompts, answers, labels, records, rule = arithmetic_answers(N)
-    # A 135M judge does not follow "reason, then Score: N" (it answers the question itself: 0 of 16 verdicts parsed
-    # with score_10), so it is asked yes/no and its first token's P(yes) / (P(yes) + P(no)) is the score.
-    client = LocalJudge("smollm2-135m-instruct", max_new_tokens=3, batch_size=8, device="cpu")
-    judge = JudgeReward(client, load_template("yes_no", parser="p_yes"), on_error="skip_group")
+    # A 135M judge neither follows "reason, then Score: N" nor a zero-shot yes/no question; after four worked
+    # examples it continues the pattern, and its first token's P(yes) / (P(yes) + P(no)) is the score (one token
+    # is all p_yes reads).
+    client = LocalJudge("smollm2-135m-instruct", max_new_tokens=1, batch_size=16, device="cpu")
+    judge = JudgeReward(client, load_template("yes_no_fewshot", parser="p_yes"), on_error="skip_group")
     scores = judge(prompts, answers, label=labels, records=records)
     report = judge.take_report()
     pairs = [(s, r) for s, r in zip(scores, rule) if s is not None]
@@ -61,14 +62,17 @@ def test_smollm2_judge_agrees_with_the_rule_reward_better_than_chance(capsys):
     judged, truth = [p[0] for p in pairs], [p[1] for p in pairs]
     assert len(set(truth)) == 2 and len(set(judged)) > 1
     r = statistics.correlation(judged, truth)
-    # Better than chance: under no association, r * sqrt(n - 1) is about standard normal; 1.645 is a one-sided 5 %.
-    z = r * math.sqrt(len(pairs) - 1)
+    # Better than chance: under no association Fisher's atanh(r) * sqrt(n - 3) is about standard normal.
+    z = math.atanh(r) * math.sqrt(len(pairs) - 3)
+    p_value = 1.0 - statistics.NormalDist().cdf(z)
     with capsys.disabled():
         right = statistics.mean(s for s, t in pairs if t == 1)
         wrong = statistics.mean(s for s, t in pairs if t == 0)
-        print(f"SmolLM2 judge vs rule reward: Pearson r = {r:.3f} on {len(pairs)} answers (z = {z:.2f}); "
-              f"mean judge score {right:.3f} on right answers, {wrong:.3f} on wrong ones")
-        for i in range(6):  # verdicts beside answers (docs/rewards.md)
+        above = sum(s > statistics.median(judged) for s, t in pairs if t == 1)
+        print(f"SmolLM2 judge vs rule reward: Pearson r = {r:.3f} on {len(pairs)} answers (Fisher z = {z:.2f}, "
+              f"one-sided p = {p_value:.2g}); mean judge score {right:.3f} on right answers, {wrong:.3f} on wrong "
+              f"ones; {above} of {sum(truth):.0f} right answers above the median score")
+        for i in range(8):  # verdicts beside answers (docs/rewards.md)
             print(f"{prompts[i]!r} reference {labels[i]} answer {answers[i]}: rule {rule[i]:g}, judge "
                   f"{scores[i]:.3f}, verdict {report.notes[i]['judge_verdict']!r}")
-    assert z > 1.645
+    assert z > 2.0
