@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ppokit.bench.summary import format_table, summarize
+from ppokit.bench.summary import async_bound_line, format_table, summarize
 
 DEFAULT_CONFIG = "config/grpo_argument.json"
 DEFAULT_OVERRIDES = {"learning_rate": 1e-5}
@@ -54,15 +54,26 @@ def overrides_from(ns, workdir: str) -> dict:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
-    if getattr(ns, "async_k", None):
-        out.update(staleness_threshold=ns.async_k, async_producer="thread", rollout_is="token")
     out.update(max_steps=ns.steps, output_dir=os.path.join(workdir, "run"), logging_dir=os.path.join(workdir, "vdl"),
                save_strategy="no", disable_tqdm=True)
     return out
 
 
-def run_worker(trainer: str, spec: dict, workdir: str) -> dict:
-    spec_path, out_path = Path(workdir, f"{trainer}-spec.json"), Path(workdir, f"{trainer}-out.json")
+def runs_of(ns) -> list[tuple[str, str, dict]]:
+    """(label, worker trainer, extra overrides) of each run. `--async K` runs ppokit twice on the same work,
+    synchronous (k = 0) then asynchronous (staleness_threshold K, producer thread): the peer of an async run is
+    the synchronous one."""
+    if ns.async_k:
+        async_keys = {"staleness_threshold": ns.async_k, "async_producer": "thread", "rollout_is": "token"}
+        runs = [("ppokit", "ppokit", {}), (f"ppokit async k={ns.async_k}", "ppokit", async_keys)]
+        return runs[1:] if ns.only == "ppokit" else runs
+    names = [ns.only] if ns.only else ["ppokit"] + ([ns.compare] if ns.compare else [])
+    return [(name, name, {}) for name in names]
+
+
+def run_worker(trainer: str, spec: dict, workdir: str, label: str | None = None) -> dict:
+    tag = (label or trainer).replace(" ", "-").replace("=", "")
+    spec_path, out_path = Path(workdir, f"{tag}-spec.json"), Path(workdir, f"{tag}-out.json")
     spec_path.write_text(json.dumps({**spec, "trainer": trainer}))
     # A single-process run each: the child must not join a process group this process may have set up.
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
@@ -93,7 +104,8 @@ def main(argv=None) -> dict:
     ns = parse(sys.argv[1:] if argv is None else argv)
     if ns.compare == "vllm":
         return compare_vllm(ns)
-    trainers = [ns.only] if ns.only else ["ppokit"] + ([ns.compare] if ns.compare else [])
+    if ns.async_k and ns.compare:
+        raise SystemExit("--async K compares ppokit's asynchronous run with its synchronous one; leave out --compare")
     with tempfile.TemporaryDirectory(prefix="ppokit-bench-") as workdir:
         config = ns.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
         if config is None:
@@ -101,11 +113,15 @@ def main(argv=None) -> dict:
         spec = {"config": config, "overrides": overrides_from(ns, workdir), "steps": ns.steps,
                 "reward_latency": ns.reward_latency}
         results = {}
-        for trainer in trainers:
-            raw = run_worker(trainer, spec, workdir)
+        for label, trainer, extra in runs_of(ns):
+            folder = os.path.join(workdir, label.replace(" ", "-").replace("=", ""))  # a run's own output_dir
+            extra = {**extra, "output_dir": os.path.join(folder, "run"), "logging_dir": os.path.join(folder, "vdl")}
+            raw = run_worker(trainer, {**spec, "overrides": {**spec["overrides"], **extra}}, workdir, label)
             raw["summary"] = summarize(raw["steps"], ns.warmup, raw["flop_peaks"])
-            results[trainer] = raw
+            results[label] = raw
     table = format_table(results)
+    if ns.async_k and len(results) == 2:
+        table += "\n" + async_bound_line(*(r["summary"] for r in results.values()))
     print(table)
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count()},

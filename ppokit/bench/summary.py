@@ -95,6 +95,25 @@ def format_table(results: dict[str, dict]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, width)).rstrip() for r in rows)
 
 
+def one_device_bound(sync: dict) -> float | None:
+    """The step time asynchronous training can reach on the device(s) the synchronous run shares, from that run's
+    medians: the rollout's waiting (the reward phase: a remote reward, a sandbox; its compute is negligible) can hide
+    behind the update, its compute cannot: compute + max(update, waiting) = step - min(update, waiting)."""
+    if not all(k in sync for k in ("step", "update", "reward")):
+        return None
+    return sync["step"]["median_s"] - min(sync["update"]["median_s"], sync["reward"]["median_s"])
+
+
+def async_bound_line(sync: dict, asynchronous: dict) -> str:
+    """One line: the asynchronous step against the synchronous one and against the one-device bound."""
+    bound = one_device_bound(sync)
+    if bound is None or "step" not in asynchronous:
+        return "async: no step timings to compare"
+    step_sync, step_async = sync["step"]["median_s"], asynchronous["step"]["median_s"]
+    return (f"async step {step_async:.2f} s = {step_async / step_sync:.2f}x sync ({step_sync:.2f} s); one-device "
+            f"bound {bound:.2f} s ({bound / step_sync:.2f}x sync), async / bound {step_async / bound:.2f}")
+
+
 def _fmt(value, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 

@@ -61,3 +61,28 @@ def test_summary_medians_skip_warmup_and_find_the_reward_target():
     assert s["update_share_of_bf16_peak"] == pytest.approx(0.5) and s["update_share_of_fp32_peak"] == pytest.approx(2.0)
     curve = learning_curve(steps, target=0.9, window=3)
     assert curve["step_to_target"] == 4 and curve["seconds_to_target"] == pytest.approx(11.1 + 3.1 + 5.1 + 4.1)
+
+
+def test_bench_async_runs_sync_then_async_and_prints_the_bound(tmp_path):
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, "-m", "ppokit.bench", str(write_config(tmp_path)), "--steps", "3", "--warmup", "1",
+           "--async", "1", "--reward-latency", "0.2", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert list(report["results"]) == ["ppokit", "ppokit async k=1"]
+    for result in report["results"].values():
+        assert len(result["steps"]) == 3
+    # the reward's wait is measured in both runs (the async run's producer thread waits it too)
+    assert report["results"]["ppokit"]["summary"]["reward"]["median_s"] >= 0.2
+    assert "one-device bound" in done.stdout and "async / bound" in done.stdout
+
+
+def test_one_device_bound_hides_the_shorter_of_update_and_waiting():
+    from ppokit.bench.summary import async_bound_line, one_device_bound
+
+    sync = {"step": {"median_s": 11.0}, "update": {"median_s": 4.0}, "reward": {"median_s": 2.0}}
+    assert one_device_bound(sync) == 9.0  # compute 5 + max(update 4, waiting 2)
+    assert one_device_bound({**sync, "reward": {"median_s": 6.0}}) == 7.0  # compute 1 + max(4, 6)
+    line = async_bound_line(sync, {"step": {"median_s": 9.9}})
+    assert "0.90x sync" in line and "async / bound 1.10" in line
