@@ -192,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         given = "" if row.get("answer") is None else f", answered {row['answer']}"
         print(f"\n--- reward {row['reward']:g} ({'correct' if row['correct'] else 'wrong'}{expected}{given})\n"
               f"Q: {row['question']}\nA: {row['response']}")
+        if row.get("judge_verdict"):  # the judge's own words, beside the answer it scored
+            print(f"Judge: {row['judge_verdict']}")
     return 0
 
 
