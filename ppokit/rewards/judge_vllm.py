@@ -4,9 +4,10 @@ Its own weights: the engine loads the judge's folder (a .gguf or an alias is con
 and nothing ever syncs the trained model into it. Greedy (temperature 0, the default) repeats exactly; sampling is
 seeded per call from (seed, call count), one generator per request, so a judge run repeats too. vLLM seeds torch's,
 numpy's and Python's global generators when its engine starts, and its sampler draws from torch's at every step (on
-the CPU build even for seeded requests); where the engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
-which the vLLM rollout engine sets) those are the trainer's, so the start and every call run with them set back
-afterwards: the judge never moves the trainer's random state. On a CPU the engine runs eagerly (torch.compile takes
+the CPU build even for seeded requests). The judge's engine core runs in a process of its own (see
+`_engine_in_own_process`); where it cannot (an engine already ran in this process) those generators are the
+trainer's, so the start and every call run with them set back afterwards: the judge never moves the trainer's
+random state. On a CPU the engine runs eagerly (torch.compile takes
 minutes at every start there) and the trainer's torch threads and CPU affinity are restored after vLLM changed them.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Sequence
 
 from ppokit.rewards.judge_clients import TOP_TOKENS, JudgeReply
@@ -36,7 +38,7 @@ class VllmJudge:
         from ppokit.rollout.vllm_engine import trainer_threads_kept
 
         self.name = str(model_path)
-        with trainer_threads_kept(), _global_rng_kept():  # converting a .gguf builds a model: it draws too
+        with trainer_threads_kept(), _global_rng_kept(), _engine_in_own_process():  # a .gguf's conversion draws too
             kwargs = dict(model=resolve_model_path(model_path), seed=seed,
                           gpu_memory_utilization=gpu_memory_utilization)
             if current_platform.is_cpu():
@@ -64,6 +66,25 @@ class VllmJudge:
             replies.append(JudgeReply(text=o.outputs[0].text, first_token_probs=probs or None,
                                       tokens=len(o.prompt_token_ids or []) + len(o.outputs[0].token_ids)))
         return replies
+
+
+@contextlib.contextmanager
+def _engine_in_own_process():
+    """vLLM's engine core in a process of its own (VLLM_ENABLE_V1_MULTIPROCESSING=1) for the engine built in the
+    block, whatever the vLLM rollout engine set for its own (0): the judge's torch.distributed world, generators and
+    threads then stay out of the trainer's (an in-process judge engine sets up a process group of its own, which the
+    trainer's DeepSpeed groups do not survive). A vLLM that already ran an engine in this process has cached its
+    environment and keeps the judge in this process too; the generators and threads are set back either way."""
+    key = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 @contextlib.contextmanager

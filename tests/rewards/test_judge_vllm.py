@@ -5,7 +5,6 @@ same, the trainer's random state is not moved, and the policy's weights never re
 from __future__ import annotations
 
 import importlib.util
-import os
 import random
 
 import numpy as np
@@ -37,7 +36,6 @@ def same_rng(a, b) -> bool:
 def judge():
     from ppokit.rewards.judge_vllm import VllmJudge
 
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in this process, as beside the vLLM rollout engine
     torch.manual_seed(123)
     before = rng_states()
     client = VllmJudge(MODEL, max_new_tokens=8, temperature=0.0, seed=0, **SMALL)
