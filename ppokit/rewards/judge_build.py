@@ -40,7 +40,9 @@ def judge_client(model: str, backend: str | None = None, *, api_model: str | Non
                                 seed=seed, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
                                 token=token, allow_remote=allow_remote, want_probs=want_probs)
         if kind == "vllm":
-            return jc.VllmJudge(model, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+            from ppokit.rewards.judge_vllm import VllmJudge
+
+            return VllmJudge(model, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
         return jc.LocalJudge(model, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
                              seed=seed)
     except RewardError:

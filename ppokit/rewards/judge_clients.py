@@ -114,38 +114,7 @@ class LocalJudge:
         return replies
 
 
-# ---------------------------------------------------------------- vLLM
-
-
-class VllmJudge:
-    """A judge model on its own vLLM engine (`vllm.LLM.chat`): vLLM batches every conversation of a call."""
-
-    def __init__(self, model_path: str, max_new_tokens: int = 256, temperature: float = 0.0, seed: int = 0,
-                 gpu_memory_utilization: float = 0.2):
-        try:
-            import vllm
-        except ImportError as exc:
-            raise ValueError("judge_backend is vllm but vLLM is not installed; install vllm, or use judge_backend: hf "
-                             "(the judge in this process through transformers)") from exc
-        from ppokit.models.loading import resolve_model_path
-
-        self.name = str(model_path)
-        self.llm = vllm.LLM(model=resolve_model_path(model_path), seed=seed,
-                            gpu_memory_utilization=gpu_memory_utilization)
-        self.params = vllm.SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed,
-                                          logprobs=TOP_TOKENS)
-
-    def complete(self, conversations: Sequence[list[dict]]) -> list[JudgeReply]:
-        import math
-
-        outputs = self.llm.chat(list(conversations), self.params, use_tqdm=False)
-        replies = []
-        for o in outputs:
-            first = (o.outputs[0].logprobs or [{}])[0] if o.outputs[0].logprobs else {}
-            probs = {(lp.decoded_token or ""): math.exp(lp.logprob) for lp in first.values()}
-            replies.append(JudgeReply(text=o.outputs[0].text, first_token_probs=probs or None,
-                                      tokens=len(o.prompt_token_ids or []) + len(o.outputs[0].token_ids)))
-        return replies
+# vLLM (judge_backend: vllm): ppokit/rewards/judge_vllm.py
 
 
 # ---------------------------------------------------------------- OpenAI-compatible HTTP

@@ -104,8 +104,8 @@ def vllm_sampling_kwargs(sampling: SamplingParams, stop_token_ids: list[int], lo
     """ppokit `SamplingParams` → keyword arguments of `vllm.SamplingParams`, one to one.
 
     Greedy (do_sample False) is temperature 0; top_k 0 (off) is vLLM's -1; `seed` is handled by the
-    engine per sample (see `VLLMRolloutEngine.generate`), not here. `logprobs` asks for the sampled
-    token's log-prob only (vLLM's logprobs=0).
+    engine (see `VLLMRolloutEngine._generate`: per request for a seeded call, the engine's generator reseeded
+    for a training call), not here. `logprobs` asks for the sampled token's log-prob only (vLLM's logprobs=0).
     """
     kwargs = dict(
         n=sampling.n,

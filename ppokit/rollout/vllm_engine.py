@@ -16,6 +16,14 @@ older vLLM (from the 0.10.2 floor on, whose `reload_weights()` takes no argument
 them through the model's `load_weights` (`_load_on_worker` tells which by the runner's signature). Either way they
 are fed module by module (ZeRO-3 gathers one module at a time, LoRA merged, each tensor copied once in the
 engine's dtype), and the prefix cache is reset after it. The same code runs on vLLM's CPU build.
+
+Randomness: a training call (no `SamplingParams.seed`) gives its requests no seeds of their own (vLLM's sampler
+would loop over per-request generators at every step, and FlashInfer's top-k/top-p kernel refuses them); the engine's
+generator is reseeded before the call instead, from one draw of the trainer's torch stream mixed with the engine's
+seed, so a run repeats, a resume (which restores that stream) continues as the uninterrupted run, and each call
+samples afresh. A seeded call (evaluation) keeps one generator per request, so an answer does not depend on what
+else is batched with it (a sharded evaluation equals one rank's). Either way the trainer's torch stream is set back
+after vLLM sampled: in this process vLLM's sampler draws from it (on CPU even for seeded requests).
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import contextlib
 import functools
 import logging
 import os
-import random
+from dataclasses import replace
 
 from ppokit.models.weights import hf_state_by_module
 from ppokit.rollout.base import RolloutOutput, SamplingParams, check_prompts
@@ -77,7 +85,7 @@ class VLLMRolloutEngine:
             # 0.32: "Compiling model again due to a load failure"); eager generation starts in seconds
             llm_kwargs.setdefault("enforce_eager", True)
         self.dtype = _torch_dtype(llm_kwargs.get("dtype"))
-        self._seeds = random.Random(llm_kwargs.get("seed", 0))  # per-request seeds of unseeded (training) rollouts
+        self.seed = int(llm_kwargs.get("seed") or 0)  # seed + data-parallel rank (vllm_engine_kwargs)
         with trainer_threads_kept():
             self.llm = LLM(**llm_kwargs)
         self._stale_model = None  # the model whose weights vLLM has not loaded yet
@@ -104,18 +112,21 @@ class VLLMRolloutEngine:
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> RolloutOutput:
         check_prompts(prompt_token_ids)
-        # Training rollouts (no seed) get one seed per request, the group leader's: TP members must sample the
-        # same tokens, and the device's generator they would share otherwise differs after each rank's dropout.
-        base = sampling.seed if sampling.seed is not None else self._seeds.getrandbits(31)
+        # A training rollout (no seed) samples from the engine's one generator, reseeded before the call from one
+        # draw of the trainer's torch stream (`_call_seed`): the group leader's, since TP members must sample alike.
+        base = sampling.seed if sampling.seed is not None else self._call_seed()
         shares = self.group.all_gather((list(map(list, prompt_token_ids)), sampling, base))
-        if any(s[1] != sampling for s in shares):
+        if not all(_alike(s[1], sampling) for s in shares):
             raise RuntimeError("The ranks of one vLLM tensor-parallel group asked for different sampling settings; "
                                "every rank must use the same arguments file and overrides.")
-        prompts, first = _requests_of_group([s[0] for s in shares], self.group.index, sampling.seed is not None)
+        seeded = sampling.seed is not None
+        used, first = _requests_of_group(shares, self.group.index, seeded)
+        prompts = [p for share in used for p in share[0]]
         with trainer_threads_kept():
             self._wake()
             try:
-                outputs = self._generate(prompts, sampling, shares[0][2])
+                outputs = self._generate(prompts, sampling, _request_seeds(used, sampling.n) if seeded else None,
+                                         shares[0][2])
             finally:
                 self.sleep()
         mine = outputs[first * sampling.n : (first + len(prompt_token_ids)) * sampling.n]
@@ -125,6 +136,16 @@ class VLLMRolloutEngine:
             finish_reasons=[str(c.finish_reason) for c in mine],
             logprobs=[_sampled_logprobs(c) for c in mine],
         )
+
+    def _call_seed(self) -> int:
+        """The seed of one training call: a draw from the trainer's torch stream (so a run repeats, a resume that
+        restores the stream repeats too, and every call differs) mixed with this engine's seed (seed + data-parallel
+        rank: the replicas sample differently although the ranks' trainer streams are alike)."""
+        import numpy as np
+        import torch
+
+        draw = int(torch.randint(2**62, (1,)).item())
+        return int(np.random.SeedSequence([draw, self.seed]).generate_state(1, np.uint64)[0] % 2**63)
 
     def _wake(self) -> None:
         """Weights back on the GPU, the trained ones loaded if they changed, then the KV cache."""
@@ -141,15 +162,27 @@ class VLLMRolloutEngine:
             self._asleep = False
         self.llm.reset_prefix_cache()  # cached blocks were computed with other weights (or are gone)
 
-    def _generate(self, prompts: list[list[int]], sampling: SamplingParams, seed: int) -> list:
-        """Completions of `prompts`, n per prompt in prompt order: one request per sample, sample j seeded
-        `seed + j` (reproducible, and the samples of one prompt differ)."""
+    def _generate(self, prompts: list[list[int]], sampling: SamplingParams, seeds: list[int] | None,
+                  engine_seed: int) -> list:
+        """Completions of `prompts`, n per prompt in prompt order, one request per sample.
+
+        `seeds` (a seeded call: evaluation): request j gets its own generator seeded `seeds[j]`, so its answer
+        does not depend on what else is batched with it (a sharded evaluation equals one rank's). Otherwise
+        (training) every request samples from the engine's generator, reseeded with `engine_seed` first: vLLM's
+        sampler then draws the whole batch's noise at once (per-request generators make it loop over the requests
+        at every step, and turn off FlashInfer's top-k/top-p kernel on a GPU). Greedy calls need no generator."""
         from vllm import SamplingParams as VSamplingParams
 
         base = {**vllm_sampling_kwargs(sampling, self.eos_ids, logprobs=True), "n": 1}
         requests = [{"prompt_token_ids": p} for p in prompts for _ in range(sampling.n)]
-        params = [VSamplingParams(**base, seed=(seed + j) % 2**31) for j in range(len(requests))]
-        outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
+        own = seeds is not None and sampling.do_sample
+        params = [VSamplingParams(**base, seed=seed) for seed in seeds] if own else VSamplingParams(**base)
+        # In this process the worker's generators are the trainer's, and vLLM's CPU sampler draws from them even
+        # when every request has its own: the trainer's stream is set back after the call.
+        with _trainer_rng_kept():
+            if sampling.do_sample and not own:
+                self.llm.collective_rpc(_reseed_on_worker, args=(engine_seed,))
+            outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
         completions = [c for out in outputs for c in sorted(out.outputs, key=lambda c: c.index)]
         odd = {str(c.finish_reason) for c in completions} - {"stop", "length"}
         if odd or len(completions) != len(prompts) * sampling.n:
@@ -158,6 +191,39 @@ class VLLMRolloutEngine:
                 f"{len(prompts)} prompts x n={sampling.n}; the rollout is incomplete."
             )
         return completions
+
+
+def _reseed_on_worker(worker, seed: int) -> None:
+    """Reseed the generators vLLM's sampler draws unseeded requests' noise from, as vLLM seeds them at start-up
+    (`set_random_seed`: torch's, then the platform's devices'); run on the worker by `collective_rpc`."""
+    import torch
+    from vllm.platforms import current_platform
+
+    torch.manual_seed(seed)
+    current_platform.manual_seed_all(seed)
+
+
+@contextlib.contextmanager
+def _trainer_rng_kept():
+    """The trainer's torch generators (CPU and CUDA) as they were before the block: vLLM's worker shares them when
+    it runs in this process (external launcher, no engine-core process) and the block reseeds and draws from them."""
+    import torch
+
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        yield
+
+
+def _alike(a: SamplingParams, b: SamplingParams) -> bool:
+    """The same sampling settings, seeds aside (members of a group evaluating different chunks seed them
+    differently), both seeded or both not."""
+    return replace(a, seed=None) == replace(b, seed=None) and (a.seed is None) == (b.seed is None)
+
+
+def _request_seeds(shares: list, n: int) -> list[int]:
+    """One seed per request of a seeded call: member m's requests (the ones it asked for, in order) get
+    `its seed + j`, j counting its prompts' samples, as if it had generated alone."""
+    return [(base + j) % 2**31 for prompts, _, base in shares for j in range(len(prompts) * n)]
 
 
 def _load_on_worker(worker, weights) -> None:
@@ -181,17 +247,17 @@ def _note_old_reload() -> None:
              "the model's load_weights (fine for unquantized models)")
 
 
-def _requests_of_group(shares: list[list[list[int]]], index: int, seeded: bool) -> tuple[list[list[int]], int]:
-    """(prompts the group generates, where this member's prompts start in them).
+def _requests_of_group(shares: list[tuple], index: int, seeded: bool) -> tuple[list[tuple], int]:
+    """(the members' (prompts, sampling, seed) shares the group generates, in group order; where this member's
+    prompts start in their concatenation).
 
     The members' prompts (training: each rank owns its share) are concatenated in group order.
-    Seeded sampling (evaluation) of the same prompts on every member gives the same answers
-    anyway, so then they are generated once.
+    Seeded sampling (evaluation) of the same prompts with the same seed on every member gives the same
+    answers anyway, so then they are generated once.
     """
-    if seeded and all(s == shares[0] for s in shares):
-        return shares[0], 0
-    starts = [sum(len(s) for s in shares[:i]) for i in range(len(shares))]
-    return [p for s in shares for p in s], starts[index]
+    if seeded and all(s[0] == shares[0][0] and s[2] == shares[0][2] for s in shares):
+        return shares[:1], 0
+    return list(shares), sum(len(s[0]) for s in shares[:index])
 
 
 def _sampled_logprobs(completion) -> list[float]:

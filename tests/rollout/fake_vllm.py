@@ -6,9 +6,14 @@ reset_prefix_cache / generate) tagged with the thread that made it (tests run on
 simulated rank). Like the real engine it refuses to generate while asleep and to load weights
 while its weights sleep.
 
-Generation is deterministic: the k-th sample of prompt p is [p[0], p[-1], 100 + (k + seed) % 100, stop]
+Generation is deterministic: request j of a call (one per sample; prompt p) answers [p[0], p[-1], 100 + x, stop]
 (stop = the first stop token id; finish "stop"), cut to max_tokens (finish "length"); the log-prob
-of the token at position j is -(j + 1) / 10.
+of the token at position j is -(j + 1) / 10. x is (k + seed) % 100 for a request with its own seed (k: its
+completion index), else (noise + j) % 100, `noise` drawn once per call from the device generator: like vLLM's, it is
+seeded at start-up with LLM(seed=...) and reseeded by `current_platform.manual_seed_all(seed)`, and each simulated
+rank (thread) has its own, as each real rank has its own device. Every call also draws from torch's global generator
+(vLLM's CPU sampler does, even when every request has its own seed): an engine in the trainer's process must set
+the trainer's stream back.
 """
 
 from __future__ import annotations
@@ -18,7 +23,16 @@ import threading
 import types
 from dataclasses import dataclass, field
 
+import torch
+
 _lock = threading.Lock()
+_device = threading.local()  # this rank's device generator: .generator, .seeds (every seed it was given)
+
+
+def manual_seed_all(seed: int) -> None:
+    """The platform's device reseed (vLLM's `current_platform.manual_seed_all`), for the calling rank's device."""
+    _device.generator = torch.Generator().manual_seed(int(seed))
+    _device.seeds = [*getattr(_device, "seeds", []), int(seed)]
 
 
 @dataclass
@@ -98,9 +112,11 @@ class LLM:
         self.events: list[tuple[str, object]] = []
         self.requests: list[list[list[int]]] = []  # prompts of each generate call
         self.sampling: list[list[dict]] = []  # the SamplingParams kwargs of each call (one per request)
+        self.noise_seeds: list[int | None] = []  # per call: the device generator's last seed when unseeded requests drew
         self.weights_asleep = self.kv_asleep = False
         self.worker = FakeWorker(self, OldFakeRunner if LLM.old_reload else FakeRunner)
         self.problems: list[str] = []
+        manual_seed_all(kwargs.get("seed") or 0)  # as vLLM's worker does at start-up
         with _lock:
             LLM.instances.append(self)
 
@@ -142,14 +158,19 @@ class LLM:
         self.requests.append([list(p["prompt_token_ids"]) for p in prompts])
         self.sampling.append([p.kwargs for p in params])
         self._log("generate", len(prompts))
-        return [RequestOutput(list(p["prompt_token_ids"]), [_complete(p["prompt_token_ids"], k, sp.kwargs)
+        torch.randint(2**31, (len(prompts),))  # vLLM's CPU sampler draws from the process's generator, seeds or not
+        unseeded = any(sp.kwargs.get("seed") is None for sp in params)
+        noise = int(torch.randint(100, (1,), generator=_device.generator)) if unseeded else 0
+        self.noise_seeds.append(_device.seeds[-1] if unseeded else None)
+        return [RequestOutput(list(p["prompt_token_ids"]), [_complete(p["prompt_token_ids"], k, sp.kwargs, noise + j)
                                                             for k in range(sp.kwargs["n"])])
-                for p, sp in zip(prompts, params)]
+                for j, (p, sp) in enumerate(zip(prompts, params))]
 
 
-def _complete(prompt: list[int], k: int, kw: dict) -> CompletionOutput:
+def _complete(prompt: list[int], k: int, kw: dict, noise: int) -> CompletionOutput:
     stop = kw["stop_token_ids"][0]
-    tokens = [prompt[0], prompt[-1], 100 + (k + (kw.get("seed") or 0)) % 100, stop]  # ids inside a tiny vocabulary
+    x = (k + kw["seed"]) % 100 if kw.get("seed") is not None else noise % 100
+    tokens = [prompt[0], prompt[-1], 100 + x, stop]  # ids inside a tiny vocabulary
     cut = tokens[: kw["max_tokens"]]
     logprobs = None
     if kw.get("logprobs") is not None:
@@ -167,7 +188,8 @@ def make_module(sleep_mode: bool = True, old_reload: bool = False) -> types.Modu
     module.__spec__ = types.SimpleNamespace(name="vllm")  # importlib.util.find_spec finds it
     module.platforms = types.ModuleType("vllm.platforms")
     module.platforms.current_platform = types.SimpleNamespace(is_sleep_mode_available=lambda: sleep_mode,
-                                                              is_cpu=lambda: not sleep_mode)
+                                                              is_cpu=lambda: not sleep_mode,
+                                                              manual_seed_all=manual_seed_all)
     LLM.instances = []
     LLM.old_reload = old_reload
     return module

@@ -9,6 +9,7 @@ the sleep/wake order around generation and weight loading, and the weight names 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import fake_vllm
 import pytest
@@ -109,13 +110,15 @@ def test_four_ranks_in_two_tp_groups(vllm):
         # both members of a group generate the group's prompts, in group order, one request per sample
         first = rank - rank % 2
         assert llm.requests == [[p for p in prompts_of(first) + prompts_of(first + 1) for _ in range(2)]]
-        seeds[rank] = [kw.pop("seed") for kw in llm.sampling[0]]
-        assert seeds[rank] == [seeds[rank][0] + j for j in range(8)]
+        # training requests carry no seed of their own (vLLM's sampler would loop over per-request generators):
+        # they draw from the engine's generator, reseeded just before the call
         assert all(kw == dict(n=1, max_tokens=8, min_tokens=0, temperature=0.9, top_p=1.0, top_k=-1,
                               repetition_penalty=1.0, stop_token_ids=[EOS], skip_special_tokens=False,
                               detokenize=False, logprobs=0) for kw in llm.sampling[0])
+        seeds[rank] = llm.noise_seeds[0]
+        assert seeds[rank] is not None and seeds[rank] != llm.kwargs["seed"]  # reseeded, not the start-up seed
         assert not llm.problems
-    # training requests carry seeds too, the group leader's: TP members sample alike, the groups differently
+    # the group leader's reseed: TP members sample alike, the groups differently
     assert seeds[0] == seeds[1] and seeds[2] == seeds[3] and seeds[0] != seeds[2]
     for rank, out in enumerate(outputs):  # every rank gets the answers to its own prompts
         own = prompts_of(rank)
@@ -224,13 +227,60 @@ def test_lora_weights_are_sent_merged_under_base_names(vllm):
 
 def test_seeded_evaluation_of_the_same_prompts_is_generated_once_per_group(vllm):
     args = arguments(rollout_tensor_parallel_degree=2)
-    sampling = SamplingParams(n=2, temperature=0.0, max_new_tokens=8, seed=7)
+    sampling = SamplingParams(n=2, temperature=0.8, max_new_tokens=8, seed=7)
     prompts = [[21, 22], [23, 24, 25]]
     outputs = run_ranks(2, 2, lambda rank, group: engine_for(rank, 2, args, group).generate(prompts, sampling))
     for llm in vllm.LLM.instances:
         assert llm.requests == [[p for p in prompts for _ in range(2)]]  # one request per sample, once
         assert [kw["seed"] for kw in llm.sampling[0]] == [7, 8, 9, 10] and {kw["n"] for kw in llm.sampling[0]} == {1}
+        assert llm.noise_seeds == [None]  # every request had its own generator
     assert outputs[0].response_ids == outputs[1].response_ids
+
+
+def test_seeded_chunks_of_a_group_are_seeded_as_each_rank_alone(vllm):
+    """A sharded evaluation gives the members of a TP group different chunks with different seeds: each member's
+    requests keep its own seeds, so its answers are the ones it would get generating alone (or on one rank)."""
+    args = arguments(rollout_tensor_parallel_degree=2)
+    sampling = SamplingParams(n=2, temperature=0.8, max_new_tokens=8)
+
+    def body(rank, group):
+        return engine_for(rank, 2, args, group).generate(prompts_of(rank), replace(sampling, seed=100 * rank + 5))
+
+    outputs = run_ranks(2, 2, body)
+    for llm in vllm.LLM.instances:
+        assert [kw["seed"] for kw in llm.sampling[0]] == [5, 6, 7, 8, 105, 106, 107, 108]
+    alone = engine_for(0, 1, arguments(), None).generate(prompts_of(1), replace(sampling, seed=105))
+    assert outputs[1].response_ids == alone.response_ids
+
+
+def test_greedy_calls_carry_no_seeds_and_leave_the_generator_alone(vllm):
+    engine = engine_for(0, 1, arguments(), None)
+    llm = vllm.LLM.instances[0]
+    for seed in (None, 3):
+        engine.generate([[5, 6]], SamplingParams(n=2, temperature=0.0, max_new_tokens=4, seed=seed))
+    assert all("seed" not in kw for call in llm.sampling for kw in call)
+    assert fake_vllm._device.seeds[-1] == 42  # still the start-up seed: greedy decoding draws no noise
+
+
+def test_training_calls_repeat_from_the_trainers_stream_and_keep_it(vllm):
+    """An unseeded (training) call reseeds the engine from one draw of the trainer's torch stream: the same stream
+    gives the same samples (a rerun, a resume that restores it), the next call other samples, and the trainer's
+    stream moves by that one draw only, whatever the engine draws."""
+    engine = engine_for(0, 1, arguments(), None)
+    sampling = SamplingParams(n=4, temperature=1.0, max_new_tokens=8)
+    torch.manual_seed(11)
+    first = engine.generate(prompts_of(0), sampling)
+    after = torch.get_rng_state()
+    second = engine.generate(prompts_of(0), sampling)
+    torch.manual_seed(11)
+    engine.generate([[9, 9]], replace(sampling, seed=3))  # a seeded call (evaluation) leaves the stream alone
+    again = engine.generate(prompts_of(0), sampling)
+    assert again.response_ids == first.response_ids and second.response_ids != first.response_ids
+    assert len({tuple(ids) for ids in first.response_ids[:4]}) == 4  # the samples of one prompt differ
+    torch.manual_seed(11)
+    torch.randint(2**62, (1,))
+    assert torch.equal(torch.get_rng_state(), after)
+    assert [{"seed" in kw for kw in call} for call in vllm.LLM.instances[0].sampling] == [{False}] * 2 + [{True}, {False}]
 
 
 def test_ranks_of_a_group_must_sample_alike(vllm):

@@ -47,6 +47,30 @@ def test_generates_from_token_ids_and_reproduces_a_seed(setup):
     assert [len(lp) for lp in out.logprobs] == [len(ids) for ids in out.response_ids]
 
 
+def test_training_calls_reseed_the_engine_from_the_trainers_stream(setup):
+    """Unseeded (training) calls carry no per-request seeds: vLLM samples them from its one generator, reseeded from
+    a draw of the trainer's torch stream. The same stream gives the same tokens (a rerun; a resume restores it), the
+    next call others, the samples of one prompt differ, and the trainer's stream moves by that one draw only."""
+    model, tok, engine = setup
+    prompts = [tok("hello").input_ids, tok("once upon a").input_ids]
+    sampling = SamplingParams(n=4, temperature=1.0, max_new_tokens=8)
+    torch.manual_seed(5)
+    first = engine.generate(prompts, sampling)
+    after = torch.get_rng_state()
+    nxt = engine.generate(prompts, sampling)
+    torch.manual_seed(5)
+    engine.generate([tok("something else").input_ids], SamplingParams(n=2, temperature=1.0, max_new_tokens=3,
+                                                                      seed=9))  # a seeded call draws nothing
+    again = engine.generate(prompts, sampling)
+    assert again.response_ids == first.response_ids and again.logprobs == first.logprobs
+    assert nxt.response_ids != first.response_ids
+    assert len({tuple(ids) for ids in first.response_ids[:4]}) > 1 and len({tuple(ids) for ids in
+                                                                          first.response_ids[4:]}) > 1
+    torch.manual_seed(5)
+    torch.randint(2**62, (1,))
+    assert torch.equal(torch.get_rng_state(), after)
+
+
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 def test_processed_logprobs_match_the_trainers(setup, temperature):
     model, tok, engine = setup
