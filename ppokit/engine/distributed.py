@@ -129,11 +129,24 @@ def init_distributed(backend: str | None = None) -> DistInfo:
 
             if not use_cuda and os.environ.get("WORLD_SIZE") == "1":
                 skip_shm_comm_build()
+            forget_destroyed_world()
             deepspeed.init_distributed(dist_backend=backend or ("nccl" if use_cuda else "gloo"))
         if dist.get_world_size() == 1:  # torch prefixes every traceback line "[rank0]:"; one process needs no label
             sys.excepthook = excepthook
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+def forget_destroyed_world() -> None:
+    """Drop the process groups DeepSpeed cached from a world that is gone. An in-process vLLM engine that is
+    garbage-collected destroys torch.distributed's default group behind DeepSpeed's back (vLLM's cleanup); the next
+    Session in that process (a notebook's second run) would then reach a cached group that is no longer registered
+    ("Group ... is not registered"). Called only when no default group exists, so nothing live is dropped."""
+    from deepspeed.utils import groups
+
+    release = getattr(groups, "_release_process_group_references", None)  # DeepSpeed's own teardown step
+    if release is not None and getattr(groups, "_WORLD_GROUP", None) is not None:
+        release()
 
 
 def skip_shm_comm_build() -> None:
