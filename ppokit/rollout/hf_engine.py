@@ -151,7 +151,8 @@ class HFRolloutEngine:
             return (tokens, logprobs.cpu() if self.return_logprobs else torch.zeros(tokens.shape, device=tokens.device),
                     switches)
         tokens, logprobs = self._generate_with_transformers(model, prompts, sampling)
-        switches = None if switch is None else torch.full(tokens.shape, switch.switches, dtype=torch.long, device=tokens.device)
+        switches = None if switch is None else torch.full(tokens.shape, switch.switches, dtype=torch.long,
+                                                          device=tokens.device)
         return tokens, logprobs, switches
 
     def _generate_with_transformers(self, model, prompts: list[list[int]], sampling: SamplingParams):

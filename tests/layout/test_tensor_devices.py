@@ -24,6 +24,9 @@ HOST_SIDE = {
     ("ppokit/training/packing.py", "pack_by_prompt"):
         "packing loops over Python ints on host copies of the rows; the packed rows are moved to the input's device "
         "at the end (one transfer, not one per column)",
+    ("ppokit/rollout/vllm_engine.py", "_call_seed"):
+        "a draw from the trainer's CPU random stream (the one a checkpoint restores) seeds a vLLM call; it is a "
+        "number, never a tensor the model sees",
     ("ppokit/training/ptx.py", "ptx_tensors"):
         "built from token lists on the host; ptx_nll moves them with to_model_device",
 }
