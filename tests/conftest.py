@@ -9,6 +9,11 @@ import pytest
 # Torch's thread count follows the machine's load in real runs (ppokit/training/threads.py); the suite's
 # bit-for-bit comparisons (resume = no interruption, 2 ranks = 1 process) need it fixed.
 os.environ.setdefault("PPOKIT_THREADS", "off")
+# One intra-op thread for the tiny models (set before torch is imported; the processes and notebook kernels the
+# tests start inherit it): with two, the threads mostly wait on each other over microsecond-sized ops, and beside
+# any other busy process the wait grows several-fold. tests/checkpoint/conftest.py did this for its room already;
+# tests/training/test_threads.py sets the counts it tests explicitly. An explicit OMP_NUM_THREADS wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from ppokit.testing import save_tiny_model
 
