@@ -93,12 +93,12 @@ def _global_rng_kept():
     import random
 
     import numpy as np
-    import torch
+
+    from ppokit.rollout.vllm_engine import trainer_rng_kept
 
     py, npy = random.getstate(), np.random.get_state()
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     try:
-        with torch.random.fork_rng(devices=devices):
+        with trainer_rng_kept():
             yield
     finally:
         random.setstate(py)

@@ -179,7 +179,7 @@ class VLLMRolloutEngine:
         params = [VSamplingParams(**base, seed=seed) for seed in seeds] if own else VSamplingParams(**base)
         # In this process the worker's generators are the trainer's, and vLLM's CPU sampler draws from them even
         # when every request has its own: the trainer's stream is set back after the call.
-        with _trainer_rng_kept():
+        with trainer_rng_kept():
             if sampling.do_sample and not own:
                 self.llm.collective_rpc(_reseed_on_worker, args=(engine_seed,))
             outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
@@ -204,7 +204,7 @@ def _reseed_on_worker(worker, seed: int) -> None:
 
 
 @contextlib.contextmanager
-def _trainer_rng_kept():
+def trainer_rng_kept():
     """The trainer's torch generators (CPU and CUDA) as they were before the block: vLLM's worker shares them when
     it runs in this process (external launcher, no engine-core process) and the block reseeds and draws from them."""
     import torch

@@ -107,9 +107,10 @@ class RolloutPipeline:
         if self.staleness == 0:
             return "synchronous (staleness_threshold=0)"
         versions = ", ".join(map(str, self.versions())) or "-"
-        switch = "" if self.partial_rollout != "switch" else \
-            f", partial rollouts switch at token {self.switch_token}" if self.switch_token else \
-            ", partial rollouts switch when the weights are ready"
+        switch = ""
+        if self.partial_rollout == "switch":
+            when = f"at token {self.switch_token}" if self.switch_token else "when the weights are ready"
+            switch = f", partial rollouts switch {when}"
         return (f"staleness_threshold={self.staleness}, queue {len(self.queue)} batches (policy versions "
                 f"{versions}), {self.produced} produced, {self.consumed} consumed{switch}")
 

@@ -117,14 +117,19 @@ def test_explain_in_process():
         explain("kl_loss_coef")
 
 
-def test_print_config_subprocess_imports_nothing_heavy():
+def print_config_importing_nothing_heavy(config: str):
+    """`run_ppo.py CONFIG --print_config` in a child that fails when torch, transformers or deepspeed got imported."""
     code = ("import runpy, sys\n"
-            "sys.argv = ['run_ppo.py', 'config/grpo_argument.json', '--print_config']\n"
+            f"sys.argv = ['run_ppo.py', {config!r}, '--print_config']\n"
             "try:\n    runpy.run_path('run_ppo.py', run_name='__main__')\n"
             "except SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
             "heavy = [m for m in ('torch', 'transformers', 'deepspeed') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
-    result = run("-c", code)
+    return run("-c", code)
+
+
+def test_print_config_subprocess_imports_nothing_heavy():
+    result = print_config_importing_nothing_heavy("config/grpo_argument.json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["rl_algorithm"] == "grpo" and out["derived"]["sequences_per_step"] == 32
@@ -151,13 +156,7 @@ def test_module_explain_subprocess():
 
 
 def test_print_config_of_a_tool_run_names_its_tools():
-    code = ("import runpy, sys\n"
-            "sys.argv = ['run_ppo.py', 'config/grpo_tools_argument.json', '--print_config']\n"
-            "try:\n    runpy.run_path('run_ppo.py', run_name='__main__')\n"
-            "except SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
-            "heavy = [m for m in ('torch', 'transformers', 'deepspeed') if m in sys.modules]\n"
-            "assert not heavy, heavy\n")
-    result = run("-c", code)
+    result = print_config_importing_nothing_heavy("config/grpo_tools_argument.json")
     assert result.returncode == 0, result.stderr
     tools = json.loads(result.stdout)["derived"]["tools"]
     assert list(tools) == ["multiply"] and tools["multiply"].startswith("multiply(a, b): ")
