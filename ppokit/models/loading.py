@@ -336,13 +336,12 @@ def _note_slow_bf16() -> None:
     )
 
 
-def autocast_context(compute_dtype: torch.dtype | None, device, cache: bool = True):
-    """`torch.autocast` to `compute_dtype` on `device`'s type, or a no-op for float32 (or None). `cache=False`:
-    weights are cast at every use, never taken from (nor left in) autocast's cache of weight copies."""
+def autocast_context(compute_dtype: torch.dtype | None, device):
+    """`torch.autocast` to `compute_dtype` on `device`'s type, or a no-op for float32 (or None)."""
     device_type = torch.device(device).type
     if compute_dtype is None or compute_dtype == torch.float32:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device_type, dtype=compute_dtype, cache_enabled=cache)
+    return torch.autocast(device_type=device_type, dtype=compute_dtype)
 
 
 def from_pretrained(auto_class: str, path: str, dtype, device, attn_implementation: str | None,

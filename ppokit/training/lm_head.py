@@ -67,9 +67,7 @@ def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, chun
     needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
 
     def one(h, y):
-        # Each chunk casts the head's weight itself (no autocast cache): chunks sharing one cached copy would sum
-        # their weight gradients in bf16 before the cast back, where separate copies sum them in float32.
-        with autocast_context(compute_dtype, device, cache=False):
+        with autocast_context(compute_dtype, device):
             logits = head(h)
         if entropy == "detached":
             return _chunk_logprobs_entropy(logits, y, temperature)

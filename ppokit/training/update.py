@@ -12,7 +12,6 @@ accumulated gradient equals the gradient of the whole mini-batch; the engine's `
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -121,45 +120,17 @@ def minibatch_update(engine, batch: RolloutBatch, plan, loss_fn: LossFn, *, pref
             mini = batch.select(mini_idx)
             denoms = minibatch_denominators(mini.loss_mask)
             micro = length_sorted_chunks(mini.attention_mask, plan.micro_batch_size, mini.group_ids)
-            with weight_casts_kept(engine, device):
-                norm = _micro_batches(engine, mini, micro, denoms, loss_fn, sums, counts, device, hint)
+            for k, idx in enumerate(micro):
+                # Forward through the engine, not engine.module: ZeRO-3 counts micro-steps in the engine's
+                # forward and would otherwise overwrite, not accumulate, the micro-batches' gradients.
+                loss, metrics = loss_fn(to_model_device(mini.select(idx).trimmed(), device), denoms, k == 0)
+                norm = backward_and_step(engine, loss, last=k == len(micro) - 1, hint=hint)
+                accumulate(sums, counts, metrics)
             norms.append(norm)
     steps = max(len(norms), 1)
     out = {k: sums[k] / steps if reduction(k).micro == "share" else sums[k] / counts[k] for k in sums}
     out[f"{prefix}/grad_norm"] = sum(norms) / steps
     return out
-
-
-def _micro_batches(engine, mini, micro, denoms, loss_fn, sums, counts, device, hint) -> float | None:
-    """Forward/backward of each micro-batch of `mini` (index lists `micro`), the optimizer step after the last;
-    its pre-clip gradient norm."""
-    norm = None
-    for k, idx in enumerate(micro):
-        # Forward through the engine, not engine.module: ZeRO-3 counts micro-steps in the engine's
-        # forward and would otherwise overwrite, not accumulate, the micro-batches' gradients.
-        loss, metrics = loss_fn(to_model_device(mini.select(idx).trimmed(), device), denoms, k == 0)
-        norm = backward_and_step(engine, loss, last=k == len(micro) - 1, hint=hint)
-        accumulate(sums, counts, metrics)
-    return norm
-
-
-def weight_casts_kept(engine, device):
-    """A context in which autocast's bf16/fp16 copies of the float32 weights are made once per optimizer step, not
-    once per micro-batch forward.
-
-    torch keeps a weight's autocast copy until the outermost autocast region exits; DeepSpeed's `torch_autocast`
-    section opens one per forward, so each micro-batch cast every weight again. An enclosing region that is
-    itself disabled keeps those copies alive until the optimizer step (the weights change only there) and changes
-    no computation: inside it autocast is off, as without it, so neither DeepSpeed (which reads whether an
-    autocast is on outside) nor float32 code sees a difference. Each body weight is used once per forward, so its
-    gradient still reaches the float32 weight through one cast per micro-batch: the same bits
-    (tests/training/test_update_fast_path.py). The chunked LM head, whose chunks share a weight, casts without the
-    cache (`lm_head.py`). Not under ZeRO-3, whose partitioned weights would then be held gathered as bf16 copies
-    for the whole step."""
-    stage = getattr(engine, "zero_optimization_stage", lambda: 0)()
-    if stage == 3:
-        return contextlib.nullcontext()
-    return torch.autocast(torch.device(device).type, enabled=False)
 
 
 def accumulate(sums: dict[str, float], counts: dict[str, int], metrics: dict[str, float]) -> None:

@@ -2,8 +2,6 @@
 shared prompt computed once; entropy fused into the log-prob pass) give the loss and gradients of the
 straightforward path: one untrimmed batch, whole rows, separate passes."""
 
-import contextlib
-
 import pytest
 import torch
 
@@ -227,44 +225,3 @@ def test_a_packed_cpu_forward_runs_packed_attention_and_restores_sdpa(monkeypatc
     model.gradient_checkpointing_enable()
     with packing.packed_attention_on(model):  # recomputation in backward would run SDPA: left alone
         assert model.config._attn_implementation == "sdpa"
-
-
-def test_weight_casts_kept_for_the_step_give_the_same_bits_and_cast_once(monkeypatch):
-    """Two optimizer steps of three micro-batches each in bf16 through DeepSpeed's torch_autocast section and the
-    chunked LM head: with autocast's weight copies kept for the step, the weights equal to the bit those of an
-    engine that recasts them at every forward, and each weight is cast once per step instead of per forward."""
-    import copy
-    from types import SimpleNamespace
-
-    from ppokit.engine import build_engine, deepspeed_config, init_distributed
-    from ppokit.training import update
-    from ppokit.training.actor import actor_update
-
-    init_distributed()
-    tok = tiny_tokenizer()
-    model = tiny_causal_lm(tok, seed=0)
-    batch = make_batch(tok)
-    args = load_arguments(None, overrides=dict(rl_algorithm="grpo", rollout_n=3, per_device_train_batch_size=3,
-                                               chunk_size=5, max_dec_len=12, clip_range_ratio=0.2))
-    plan = SimpleNamespace(update_iters=2, mini_batch_sequences_per_rank=9, micro_batch_size=4)
-    config = deepspeed_config(zero_stage=0, offload_optimizer=False, micro_batch_size=4, grad_accum=3, world_size=1,
-                              lr=1e-2, device="cpu", compute_dtype=torch.bfloat16)
-    policy = SimpleNamespace(compute_dtype=torch.bfloat16, device=torch.device("cpu"))
-    casts = []
-
-    def counting_run(kept: bool):
-        if not kept:
-            monkeypatch.setattr(update, "weight_casts_kept", lambda engine, device: contextlib.nullcontext())
-        engine = build_engine(copy.deepcopy(model), config)
-        policy.engine = engine
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
-            actor_update(policy, batch, LossConfig.from_args(args), plan)
-        gate = list(engine.module.model.layers[0].mlp.gate_proj.weight.shape)  # a body weight's casts (and grads')
-        casts.append(sum(e.count for e in prof.key_averages(group_by_input_shape=True)
-                         if e.key == "aten::_to_copy" and e.input_shapes and e.input_shapes[0] == gate))
-        monkeypatch.undo()
-        return {n: p.detach().clone() for n, p in engine.module.named_parameters()}
-
-    kept, recast = counting_run(True), counting_run(False)
-    assert all(torch.equal(kept[n], recast[n]) for n in recast)
-    assert casts[0] < casts[1], casts
