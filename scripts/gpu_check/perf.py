@@ -80,40 +80,44 @@ def roofline():
 def tokens_per_s(names=tuple(QWEN25)):
     """Train tokens/s (forward + backward of 8 x 512 tokens) and decode tokens/s (32 rows, one token each) of the
     Qwen2.5 shapes (random weights, bf16), as shares of the datasheet peak (6 x params FLOP per trained token) and
-    bandwidth (all bf16 weights read per decoding step), and of the measured ones."""
-    from transformers import AutoModelForCausalLM
-
+    bandwidth (all bf16 weights read per decoding step). A CPU trial tries the code on the 0.5B shape cut to one
+    layer and a 4096-token vocabulary (its figures mean nothing)."""
     device = needs_cuda()
-    if device.type == "cpu":
-        names = names[:1]  # a CPU trial tries the code on the smallest shape
     name_here = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU (trial)"
     peak, bandwidth = datasheet(name_here) or (None, None)
     figures, details = {}, []
-    for name in names:
+    for name in names if device.type == "cuda" else names[:1]:
         config = qwen25_config(name)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to(device)
-        n = sum(p.numel() for p in model.parameters())
-        rows, width = (8, 512) if device.type == "cuda" else (1, 32)
-        ids = torch.randint(0, config.vocab_size, (rows, width), device=device)
-        train_s = min(timed(lambda: model(input_ids=ids, labels=ids).loss.backward(), device) for _ in range(2))
-        model.zero_grad(set_to_none=True)
-        step = torch.randint(0, config.vocab_size, (32, 1), device=device)
-        with torch.no_grad():
-            decode_s = min(timed(lambda: model(input_ids=step), device) for _ in range(5))
-        train_tps, decode_tps = ids.numel() / train_s, 32 / decode_s
-        row = {"params": n, "train_tokens_per_s": train_tps, "decode_tokens_per_s": decode_tps}
-        if peak:
-            row["train_share_of_bf16_peak"] = 6 * n * train_tps / peak
-            row["decode_share_of_bandwidth"] = 2 * n / decode_s / bandwidth
-        figures[name] = row
-        shares = (f" ({row['train_share_of_bf16_peak']:.0%} of peak)" if peak else "",
-                  f" ({row['decode_share_of_bandwidth']:.0%} of bandwidth)" if peak else "")
-        details.append(f"{name} ({n / 1e9:.2f} B) train {train_tps:,.0f} tok/s{shares[0]}, "
-                       f"decode {decode_tps:,.0f} tok/s{shares[1]}")
-        del model
+        if device.type == "cpu":
+            config.num_hidden_layers, config.vocab_size = 1, 4096
+        n, train_tps, decode_tps = shape_speed(config, device, (8, 512) if device.type == "cuda" else (1, 32))
         if device.type == "cuda":
             torch.cuda.empty_cache()
+        row = {"params": n, "train_tokens_per_s": train_tps, "decode_tokens_per_s": decode_tps}
+        shares = ""
+        if peak:
+            row["train_share_of_bf16_peak"] = 6 * n * train_tps / peak
+            row["decode_share_of_bandwidth"] = 2 * n * decode_tps / 32 / bandwidth
+            shares = f" ({row['train_share_of_bf16_peak']:.0%} / {row['decode_share_of_bandwidth']:.0%} of peak)"
+        figures[name] = row
+        details.append(f"{name} ({n / 1e9:.2f} B) train {train_tps:,.0f}, decode {decode_tps:,.0f} tok/s{shares}")
     return "; ".join(details), figures
+
+
+def shape_speed(config, device, shape) -> tuple[int, float, float]:
+    """(parameters, train tokens/s, decode tokens/s) of a model built from `config` (random bf16 weights): the
+    best of 2 forward+backward passes over `shape` (rows, tokens), the best of 5 one-token steps of 32 rows."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to(device)
+    n = sum(p.numel() for p in model.parameters())
+    ids = torch.randint(0, config.vocab_size, shape, device=device)
+    train_s = min(timed(lambda: model(input_ids=ids, labels=ids).loss.backward(), device) for _ in range(2))
+    model.zero_grad(set_to_none=True)
+    step = torch.randint(0, config.vocab_size, (32, 1), device=device)
+    with torch.no_grad():
+        decode_s = min(timed(lambda: model(input_ids=step), device) for _ in range(5))
+    return n, ids.numel() / train_s, 32 / decode_s  # the model is freed on return (the caller empties the cache)
 
 
 def attention_kernels():
@@ -131,7 +135,7 @@ def attention_kernels():
     if device.type != "cuda":
         raise Skip("kernel names exist only on CUDA (a CPU trial has none to read)")
     tok = tiny_tokenizer()
-    model = tiny_causal_lm(tok, arch="qwen2", hidden=896, layers=2).to(device)
+    model = tiny_causal_lm(tok, arch="qwen2", hidden=256, layers=2)  # head_dim 64, as Qwen2.5-0.5B.to(device)
     engine = engine_of(model, device, torch.bfloat16)
     batch = to_model_device(tiny_batch(tok), device)
     figures = {}

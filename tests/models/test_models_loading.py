@@ -178,3 +178,24 @@ def test_bf16_falls_back_to_float32_on_a_cpu_without_bf16_instructions(monkeypat
     assert dtype_for(False, True, "cpu") == (torch.float32, torch.float32)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
     assert dtype_for(True, False, "cpu") == (torch.float32, torch.bfloat16)
+
+
+def test_an_actor_staged_on_meta_holds_no_storage_and_materializes_in_place_equal_to_a_direct_load(tiny_model_dir):
+    """Item 7 of issue 44: where vLLM starts first, the actor waits on the meta device (no host RAM) and reads its
+    weights onto its device after; the same module objects, the tie kept, every tensor equal to a direct load."""
+    from ppokit.models import load_causal_lm
+    from ppokit.models.staging import is_staged, materialize
+
+    staged = load_causal_lm(tiny_model_dir, device="meta", gradient_checkpointing=True)
+    assert is_staged(staged) and all(p.device.type == "meta" for p in staged.parameters())
+    assert staged.generation_config.eos_token_id is not None  # the rollout engine reads its stop ids before
+    layers = staged.model.layers
+    materialize(staged, "cpu")
+    direct = load_causal_lm(tiny_model_dir, device="cpu")
+    assert staged.model.layers is layers and not is_staged(staged)
+    assert staged.lm_head.weight is staged.model.embed_tokens.weight  # tied: one Parameter
+    mine, theirs = dict(staged.named_buffers()), dict(direct.named_buffers())
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert all(torch.equal(a, b) for a, b in zip(staged.state_dict().values(), direct.state_dict().values()))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    assert torch.equal(staged(input_ids=ids).logits, direct(input_ids=ids).logits)
