@@ -120,6 +120,11 @@ def shape_speed(config, device, shape) -> tuple[int, float, float]:
     return n, ids.numel() / train_s, 32 / decode_s  # the model is freed on return (the caller empties the cache)
 
 
+# words in the CUDA kernel names of SDPA's backends: flash (pytorch_flash::flash_fwd...), memory-efficient
+# (fmha_cutlassF...), cuDNN (cudnn...sdpa...), and the math path's softmax; flash-attn's own (flash_fwd...)
+ATTENTION_WORDS = ("attention", "flash", "fmha", "sdpa", "cudnn", "softmax", "attn")
+
+
 def attention_kernels():
     """Which kernels ppokit's masked training forward (`policy_forward` over a rollout batch, packed rows) and its
     decoding loop (`decode`) launch on CUDA, read from torch.profiler's kernel names, and each one's time."""
@@ -148,8 +153,8 @@ def attention_kernels():
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 run()
             torch.cuda.synchronize()
-        kernels = {e.key: e.device_time_total for e in prof.key_averages()
-                   if any(w in e.key.lower() for w in ("attention", "flash", "fmha", "sdpa", "softmax", "attn"))}
+        kernels = {e.key: getattr(e, "device_time_total", 0.0) for e in prof.key_averages()
+                   if any(w in e.key.lower() for w in ATTENTION_WORDS)}
         figures[phase] = {"kernels_us": kernels}
     text = "; ".join(f"{phase}: " + (", ".join(f"{k[:60]} {us:.0f} us" for k, us in f["kernels_us"].items()) or
                                      "no attention kernel named") for phase, f in figures.items())
