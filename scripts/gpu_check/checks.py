@@ -243,8 +243,8 @@ def cpu_batch_on_cuda_model():
     nll = ptx_nll(model, [{"_prompt_ids": tok.encode("q: 1+1"), "label": "2"}], tok, 64, torch.float32, device)
     nll.backward()
     assert model.lm_head.weight.grad is not None or model.model.embed_tokens.weight.grad is not None
-    return (f"log-probs within {diff:.1e} of the CPU's; values {tuple(values.shape)}; PTX NLL {float(nll):.3f} with "
-            "gradients"), {"max_abs_diff": diff}
+    return (f"log-probs within {diff:.1e} of the CPU's; values {tuple(values.shape)}; "
+            f"PTX NLL {float(nll.detach()):.3f} with gradients"), {"max_abs_diff": diff}
 
 
 def attention_choice():

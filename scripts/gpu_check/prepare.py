@@ -5,9 +5,10 @@ pyarrow and pytest, but no deepspeed, pydantic, datasets, visualdl, gguf or vllm
 64 MiB travel with one command. This fills `.gpu_check/` (ignored by git):
 
   site/      what ppokit and DeepSpeed import that the image lacks, unpacked to be put on sys.path: the cp312
-             manylinux wheels of pydantic-core and msgpack (and this python's, for the image replica), the pure wheels of pydantic, annotated-types,
-             typing-inspection, hjson, py-cpuinfo, einops (the versions this venv has), and DeepSpeed's own package
-             from its source distribution (pure Python; its ops are compiled only on first use, none is used here)
+             manylinux wheels of pydantic-core and msgpack (and this python's, for the image replica), the pure
+             wheels of pydantic, annotated-types, typing-inspection, hjson, py-cpuinfo, einops (the versions this
+             venv has), and DeepSpeed's own package from its source distribution (pure Python; its ops are
+             compiled only on first use, none is used here) with a dist-info made from its PKG-INFO
   model/     the bundled model's config, tokenizer and generation config (no weights: run.py builds them from the
              config; the bundled GGUF alone is 94 MB)
   manifest.json  what was fetched and the folder's size; prepare fails when the folder exceeds 64 MiB.
