@@ -85,7 +85,8 @@ $(ISTAMP): Makefile
 
 gpu-check-replica: $(ISTAMP)
 	test -f .gpu_check/manifest.json || $(MAKE) gpu-check-prepare
-	env -u PYTHONPATH GPU_CHECK_CPU_TRIAL=1 $(IBIN)/python scripts/gpu_check/run.py --out output/gpu_check_replica $(ARGS)
+	env -u PYTHONPATH GPU_CHECK_CPU_TRIAL=1 $(IBIN)/python scripts/gpu_check/run.py --out output/gpu_check_replica \
+		--budget 3600 $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

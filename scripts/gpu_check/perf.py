@@ -144,14 +144,18 @@ def attention_kernels():
     engine = engine_of(model, device, torch.bfloat16)
     batch = to_model_device(tiny_batch(tok), device)
     figures = {}
+    prompts = [tok.encode("hello"), tok.encode("a b c")]
+
+    def decoding():  # as the hf rollout engine runs it: under autocast to the compute dtype
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            decode(engine.module, prompts, 2, 16, [tok.eos_token_id], tok.pad_token_id)
+
     for phase, run in (("training forward", lambda: policy_forward(engine, batch, 1024, "detached", torch.bfloat16,
                                                                    device)),
-                       ("decoding loop", lambda: decode(engine.module, [tok.encode("hello"), tok.encode("a b c")], 2,
-                                                        16, [tok.eos_token_id], tok.pad_token_id))):
+                       ("decoding loop", decoding)):
         run()  # warm-up
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                run()
+            run()
             torch.cuda.synchronize()
         kernels = {e.key: getattr(e, "device_time_total", 0.0) for e in prof.key_averages()
                    if any(w in e.key.lower() for w in ATTENTION_WORDS)}

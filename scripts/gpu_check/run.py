@@ -2,7 +2,7 @@
 prints one line per item, `<item>: PASS|FAIL|SKIP|TRIAL (<detail>)`, and writes every figure into one JSON file,
 rewritten after each item.
 
-    python3 scripts/gpu_check/run.py [--out output/gpu_check] [--only NAME ...]
+    python3 scripts/gpu_check/run.py [--out output/gpu_check] [--only NAME ...] [--budget SECONDS]
 
 `.gpu_check/` (from `prepare.py`, on a machine with registries) supplies what the image lacks; it is appended to
 sys.path, so packages the machine has take precedence. A check that cannot run here (no CUDA) says SKIP, never
@@ -12,6 +12,7 @@ PASS. Exit status 1 when an item FAILed. docs/scaling.md ("GPU check") says what
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -76,6 +77,9 @@ def run_one(name: str, fn) -> dict:
         status, detail, figures = "FAIL", f"{type(exc).__name__}: {exc}".splitlines()[0][:300], {}
         figures["traceback"] = traceback.format_exc()[-3000:]
     seconds = time.perf_counter() - started
+    gc.collect()  # the item's models and engines go before the next item's
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     print(f"{name}: {status} ({detail}) [{seconds:.1f} s]", flush=True)
     return {"status": status, "detail": detail, "seconds": seconds, **figures}
 
@@ -84,19 +88,36 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or "output/gpu_check")
     parser.add_argument("--only", nargs="*", help="run only these items (names as printed)")
+    parser.add_argument("--budget", type=float, default=480,
+                        help="seconds after which no further item starts (each says SKIP): the run ends, its JSON "
+                             "complete, inside a 10-minute command limit (default 480)")
     opts = parser.parse_args()
+    began = time.perf_counter()
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device (CPU)"
     print(f"gpu-check on {device}; torch {torch.__version__}, python {sys.version.split()[0]}", flush=True)
     summary = {"device": device, "torch": torch.__version__, "python": sys.version.split()[0], "items": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        chosen = {k: v for k, v in items(Path(tmp)).items() if not opts.only or k in opts.only}
+        every = items(Path(tmp))
+        unknown = sorted(set(opts.only or []) - set(every))
+        if unknown:
+            parser.error(f"--only {unknown}: no such item; the items are {list(every)}")
+        chosen = {k: v for k, v in every.items() if not opts.only or k in opts.only}
         for name, fn in chosen.items():
+            if time.perf_counter() - began > opts.budget:
+                fn = out_of_time(opts.budget)
             summary["items"][name] = run_one(name, fn)
             write_json(out / "gpu_check.json", summary)  # item by item: a hang or a time limit keeps the rest
     print(f"figures: {out / 'gpu_check.json'}")
     return 1 if any(r["status"] == "FAIL" for r in summary["items"].values()) else 0
+
+
+def out_of_time(budget: float):
+    def skip():
+        raise checks.Skip(f"not started: the run passed its --budget of {budget:.0f} s")
+
+    return skip
 
 
 def write_json(path: Path, summary: dict) -> None:
