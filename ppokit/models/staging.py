@@ -44,10 +44,11 @@ def materialize(model, device) -> None:
     (tied weights stay one parameter); a no-op for a model that is not staged."""
     if not is_staged(model):
         return
-    from ppokit.models.loading import from_pretrained
+    from transformers import AutoModelForCausalLM
 
     path, dtype, attn_implementation = model.ppokit_staged
-    loaded = from_pretrained("AutoModelForCausalLM", path, dtype, device, attn_implementation, False)
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    loaded = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=torch.device(device), **kwargs)
     model.load_state_dict(loaded.state_dict(keep_vars=True), assign=True)  # keep_vars: the tie is one Parameter
     persistent = set(loaded.state_dict())
     for name, buffer in loaded.named_buffers():  # non-persistent ones (rotary frequencies) are not in a state dict
