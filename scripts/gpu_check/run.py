@@ -97,6 +97,10 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device (CPU)"
     print(f"gpu-check on {device}; torch {torch.__version__}, python {sys.version.split()[0]}", flush=True)
+    site = ROOT / ".gpu_check" / "site"
+    if (site / "deepspeed").is_dir() and not any(site.glob("deepspeed-*.dist-info")):
+        print(f"note: {site} was prepared before DeepSpeed got its dist-info (ZeRO-3 will fail with "
+              "PackageNotFoundError); rerun `make gpu-check-prepare` where a registry is reachable", flush=True)
     summary = {"device": device, "torch": torch.__version__, "python": sys.version.split()[0], "items": {}}
     with tempfile.TemporaryDirectory() as tmp:
         every = items(Path(tmp))
