@@ -199,3 +199,28 @@ def test_an_actor_staged_on_meta_holds_no_storage_and_materializes_in_place_equa
     assert all(torch.equal(a, b) for a, b in zip(staged.state_dict().values(), direct.state_dict().values()))
     ids = torch.tensor([[5, 6, 7, 8]])
     assert torch.equal(staged(input_ids=ids).logits, direct(input_ids=ids).logits)
+
+
+def test_a_cuda_load_reads_the_weights_straight_onto_the_gpu(monkeypatch, tiny_model_dir):
+    """Host RAM (issue 44, item 7): for a CUDA device transformers places the tensors there as it reads the files
+    (`device_map`), instead of building the float32 model in host RAM on every rank and moving it after. Emulated:
+    the arguments transformers receives (staging.materialize runs the same call on the CPU for real)."""
+    import transformers
+
+    seen = {}
+
+    class Loaded:
+        def to(self, device):
+            seen["moved_to"] = device
+            return self
+
+    def fake(path, **kwargs):
+        seen.update(kwargs)
+        return Loaded()
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake)
+    loading.from_pretrained("AutoModelForCausalLM", tiny_model_dir, torch.float32, "cuda:1", None, False)
+    assert seen["device_map"] == torch.device("cuda", 1) and seen["dtype"] == torch.float32
+    seen.clear()
+    loading.from_pretrained("AutoModelForCausalLM", tiny_model_dir, torch.float32, "cpu", None, False)
+    assert "device_map" not in seen and seen["moved_to"] == "cpu"  # the CPU path as it was
