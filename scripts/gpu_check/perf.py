@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import torch
-from checks import Skip, needs_cuda
+from checks import needs_cuda
 
 # NVIDIA's datasheet figures (dense bf16 tensor-core FLOP/s, HBM bytes/s), matched against the device name
 DATASHEET = {
@@ -43,15 +43,17 @@ def qwen25_config(name: str):
 
 
 def measured_peaks(device) -> dict:
-    """This device's bf16 matmul FLOP/s (8192^3, best of 5) and device-to-device copy bytes/s (1 GiB, best of 5)."""
+    """This device's bf16 matmul FLOP/s (8192^3, best of 5 timings of 10) and device-to-device copy bytes/s (1 GiB read
+    and written, best of 5 timings of 10)."""
     n = 8192 if device.type == "cuda" else 512
     a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
     src = torch.empty(2**28 if device.type == "cuda" else 2**22, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
     flops, copy = [], []
+    reps = 10  # per timing: a single 8192^3 matmul is ~1.5 ms on an H200, near the launch and timer overheads
     for _ in range(5):
-        flops.append(2 * n**3 / timed(lambda: a @ b, device))
-        copy.append(2 * src.numel() * 4 / timed(lambda: dst.copy_(src), device))  # read + write
+        flops.append(reps * 2 * n**3 / timed(lambda: [a @ b for _ in range(reps)], device))
+        copy.append(reps * 2 * src.numel() * 4 / timed(lambda: [dst.copy_(src) for _ in range(reps)], device))
     return {"matmul_bf16_flops": max(flops), "copy_bytes_per_s": max(copy)}
 
 
@@ -109,7 +111,8 @@ def shape_speed(config, device, shape) -> tuple[int, float, float]:
     best of 2 forward+backward passes over `shape` (rows, tokens), the best of 5 one-token steps of 32 rows."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to(device)
+    with torch.device(device):  # initialised where it runs (1.5 B random weights on the host take seconds)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     n = sum(p.numel() for p in model.parameters())
     ids = torch.randint(0, config.vocab_size, shape, device=device)
     train_s = min(timed(lambda: model(input_ids=ids, labels=ids).loss.backward(), device) for _ in range(2))
@@ -127,7 +130,8 @@ ATTENTION_WORDS = ("attention", "flash", "fmha", "sdpa", "cudnn", "softmax", "at
 
 def attention_kernels():
     """Which kernels ppokit's masked training forward (`policy_forward` over a rollout batch, packed rows) and its
-    decoding loop (`decode`) launch on CUDA, read from torch.profiler's kernel names, and each one's time."""
+    decoding loop (`decode`) launch on CUDA, read from torch.profiler's kernel names, and each one's time. A CPU
+    trial profiles the CPU's operators instead (their names say which SDPA path the CPU took)."""
     from checks import engine_of, tiny_batch
     from torch.profiler import ProfilerActivity, profile
 
@@ -137,28 +141,28 @@ def attention_kernels():
     from ppokit.training.forward import policy_forward
 
     device = needs_cuda()
-    if device.type != "cuda":
-        raise Skip("kernel names exist only on CUDA (a CPU trial has none to read)")
+    on_gpu = device.type == "cuda"
     tok = tiny_tokenizer()
-    model = tiny_causal_lm(tok, arch="qwen2", hidden=256, layers=2)  # head_dim 64, as Qwen2.5-0.5B.to(device)
+    model = tiny_causal_lm(tok, arch="qwen2", hidden=256, layers=2).to(device)  # head_dim 64, as Qwen2.5-0.5B
     engine = engine_of(model, device, torch.bfloat16)
     batch = to_model_device(tiny_batch(tok), device)
-    figures = {}
     prompts = [tok.encode("hello"), tok.encode("a b c")]
 
     def decoding():  # as the hf rollout engine runs it: under autocast to the compute dtype
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
             decode(engine.module, prompts, 2, 16, [tok.eos_token_id], tok.pad_token_id)
 
+    figures = {}
     for phase, run in (("training forward", lambda: policy_forward(engine, batch, 1024, "detached", torch.bfloat16,
                                                                    device)),
                        ("decoding loop", decoding)):
         run()  # warm-up
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CUDA if on_gpu else ProfilerActivity.CPU]) as prof:
             run()
-            torch.cuda.synchronize()
-        kernels = {e.key: getattr(e, "device_time_total", 0.0) for e in prof.key_averages()
-                   if any(w in e.key.lower() for w in ATTENTION_WORDS)}
+            if on_gpu:
+                torch.cuda.synchronize()
+        kernels = {e.key: getattr(e, "device_time_total" if on_gpu else "cpu_time_total", 0.0)
+                   for e in prof.key_averages() if any(w in e.key.lower() for w in ATTENTION_WORDS)}
         figures[phase] = {"kernels_us": kernels}
     text = "; ".join(f"{phase}: " + (", ".join(f"{k[:60]} {us:.0f} us" for k, us in f["kernels_us"].items()) or
                                      "no attention kernel named") for phase, f in figures.items())
