@@ -1,4 +1,4 @@
-"""The LLM judge's keys (a reward source, see ppokit/rewards/judge.py and docs/rewards.md). verl configures its
+"""The LLM judge's keys (a reward source, see ppokit/rewards/judge/ and docs/rewards.md). verl configures its
 generative reward model through its reward loop's own config tree, which has no flat keys to accept here."""
 
 from __future__ import annotations

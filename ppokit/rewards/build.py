@@ -115,7 +115,7 @@ def build_reward_functions(args: Any, records: Sequence[dict] | None = None, bas
     fns.extend(custom)
     fns = in_process_deadline(fns, args)
     if judge:  # its calls have their own timeouts and error policy (reward_timeout, reward_on_error)
-        from ppokit.rewards.judge_build import judge_reward
+        from ppokit.rewards.judge.build import judge_reward
 
         fns.append(judge_reward(args))
     if use_server:

@@ -6,8 +6,8 @@ from typing import Any
 
 from ppokit.rewards.errors import RewardError
 from ppokit.rewards.functions import NamedReward
-from ppokit.rewards.judge import JudgeReward
-from ppokit.rewards.judge_templates import load_template
+from ppokit.rewards.judge.reward import JudgeReward
+from ppokit.rewards.judge.templates import load_template
 
 BACKENDS = ("hf", "vllm", "openai")
 
@@ -31,7 +31,7 @@ def judge_client(model: str, backend: str | None = None, *, api_model: str | Non
                  timeout: float = 60.0, max_retries: int = 3, allow_remote: bool = False, token: str | None = None,
                  want_probs: bool = False):
     """The client for `model` (a URL, a folder, a .gguf file or an alias); a load failure is a RewardError."""
-    from ppokit.rewards import judge_clients as jc
+    from ppokit.rewards.judge import clients as jc
 
     kind = backend_of(model, backend)
     try:
@@ -40,7 +40,7 @@ def judge_client(model: str, backend: str | None = None, *, api_model: str | Non
                                 seed=seed, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
                                 token=token, allow_remote=allow_remote, want_probs=want_probs)
         if kind == "vllm":
-            from ppokit.rewards.judge_vllm import VllmJudge
+            from ppokit.rewards.judge.vllm_judge import VllmJudge
 
             return VllmJudge(model, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
         return jc.LocalJudge(model, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
