@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ppokit.args.judge import JudgeArguments
 from ppokit.rewards.errors import RewardError
 from ppokit.rewards.functions import NamedReward
 from ppokit.rewards.judge.reward import JudgeReward
@@ -13,7 +14,10 @@ BACKENDS = ("hf", "vllm", "openai")
 
 
 def _attr(args: Any, name: str, default: Any = None) -> Any:
+    """``args.name``; when missing or None, a judge key's declared default (JudgeArguments), else ``default``."""
     value = getattr(args, name, None)
+    if value is None and name in JudgeArguments.model_fields:
+        value = JudgeArguments.model_fields[name].get_default()
     return default if value is None else value
 
 
@@ -57,11 +61,11 @@ def judge_reward(args: Any) -> NamedReward:
     on_error = _attr(args, "reward_on_error", "raise")
     client = judge_client(
         model, _attr(args, "judge_backend"), api_model=_attr(args, "judge_api_model"),
-        max_new_tokens=int(_attr(args, "judge_max_new_tokens", 256)),
-        temperature=float(_attr(args, "judge_temperature", 0.0)), seed=int(_attr(args, "seed", 0)),
-        batch_size=int(_attr(args, "judge_batch_size", 8)), concurrency=int(_attr(args, "judge_concurrency", 8)),
+        max_new_tokens=int(_attr(args, "judge_max_new_tokens")),
+        temperature=float(_attr(args, "judge_temperature")), seed=int(_attr(args, "seed", 0)),
+        batch_size=int(_attr(args, "judge_batch_size")), concurrency=int(_attr(args, "judge_concurrency")),
         timeout=float(_attr(args, "reward_timeout", 60.0)), max_retries=int(_attr(args, "reward_max_retries", 3)),
-        allow_remote=bool(_attr(args, "judge_allow_remote", False)), want_probs=_attr(args, "judge_parser") == "p_yes")
+        allow_remote=bool(_attr(args, "judge_allow_remote")), want_probs=_attr(args, "judge_parser") == "p_yes")
     return NamedReward(name="judge", fn=make_judge(client, args), allow_none=on_error == "skip_group",
                        locate_errors=False)
 
@@ -69,9 +73,9 @@ def judge_reward(args: Any) -> NamedReward:
 def make_judge(client, args: Any) -> JudgeReward:
     """A JudgeReward on `client` with the template, parser, rubric and error policy of `args`."""
     try:
-        template = load_template(_attr(args, "judge_template", "score_10"), _attr(args, "judge_parser"))
+        template = load_template(_attr(args, "judge_template"), _attr(args, "judge_parser"))
     except (ValueError, OSError) as exc:
         raise RewardError(str(exc)) from exc
-    low, high = _attr(args, "judge_score_range", (1.0, 10.0))
+    low, high = _attr(args, "judge_score_range")
     return JudgeReward(client, template, rubric=_attr(args, "judge_rubric"),
                        on_error=_attr(args, "reward_on_error", "raise"), score_range=(float(low), float(high)))
