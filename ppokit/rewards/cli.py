@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _spec(ns: argparse.Namespace) -> dict:
     return {"task": ns.task, "function": ns.function, "model": ns.model, "token": ns.token,
-            "judge": ns.judge_model, "judge_options": judge_options(ns),
+            "judge": ns.judge, "judge_options": judge_options(ns),
             "max_batch": ns.max_batch, "max_body_bytes": int(ns.max_body_mb * 2**20),
             "request_timeout": ns.request_timeout, "max_queue": ns.max_queue}
 

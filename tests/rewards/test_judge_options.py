@@ -46,7 +46,7 @@ def test_every_judge_key_is_a_server_option_with_the_config_default():
         want = JudgeArguments.model_fields[key].get_default()
         assert getattr(ns, key) == want and getattr(config, key) == want, key
         assert options[key] == (list(want) if isinstance(want, tuple) else want), key
-    assert _spec(ns)["judge"] == "m" == ns.judge_model
+    assert _spec(ns)["judge"] == "m" == ns.judge
 
 
 def test_every_judge_key_reads_the_same_value_from_a_config_and_the_server_command_line():

@@ -27,7 +27,7 @@ def add_judge_options(parser: argparse.ArgumentParser, scorers: Any) -> None:
     """--judge into ``scorers`` (the mutually exclusive group of scorers), every other judge key into a group
     of its own."""
     fields = JudgeArguments.model_fields
-    scorers.add_argument(flag(MODEL_KEY), dest=MODEL_KEY, metavar="MODEL", help=_help(fields[MODEL_KEY]))
+    scorers.add_argument(flag(MODEL_KEY), metavar="MODEL", help=_help(fields[MODEL_KEY]))  # ns.judge
     group = parser.add_argument_group("judge (with --judge; each --judge-X is the config key judge_X)")
     for key, field in fields.items():
         if key != MODEL_KEY:
