@@ -15,11 +15,14 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+_path = list(sys.path)
 sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
 
 import perf  # noqa: E402
 import prepare  # noqa: E402
 import run  # noqa: E402
+
+sys.path[:] = _path  # run.py appends .gpu_check/site: the rest of the suite must not import from it
 
 
 @pytest.mark.parametrize("name", ["Qwen2.5-0.5B", "Qwen2.5-1.5B"])
