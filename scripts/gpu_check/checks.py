@@ -143,16 +143,16 @@ TRIAL_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, n
                    num_key_value_heads=2, head_dim=16)
 
 
-def random_model_folder(model_dir: str, dest) -> str:
-    """A folder with the bundled model's config and tokenizer and random weights built from that config (shrunk to
-    TRIAL_SHAPE in a CPU trial)."""
+def random_model_folder(model_dir: str, dest, config=None) -> str:
+    """A folder with the bundled model's tokenizer and random weights built from `config` (default: the bundled
+    model's, shrunk to TRIAL_SHAPE in a CPU trial)."""
     import shutil
     from pathlib import Path
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
     dest = Path(dest)
-    config = AutoConfig.from_pretrained(model_dir, **(TRIAL_SHAPE if cpu_trial() else {}))
+    config = config or AutoConfig.from_pretrained(model_dir, **(TRIAL_SHAPE if cpu_trial() else {}))
     AutoModelForCausalLM.from_config(config).save_pretrained(dest)
     for f in Path(model_dir).iterdir():
         if f.name != "config.json":
@@ -160,7 +160,9 @@ def random_model_folder(model_dir: str, dest) -> str:
     return str(dest)
 
 
-def grpo_session(model_dir: str, work, **extra):
+def grpo_session(model_dir: str, work, config=None, prompt_tokens: int = 0, **extra):
+    """A GRPO Session on a random model (`random_model_folder`) over 64 arithmetic prompts, each padded with numbers
+    to about `prompt_tokens` tokens when given; `extra` replaces the keys below."""
     import json
     from pathlib import Path
 
@@ -171,8 +173,10 @@ def grpo_session(model_dir: str, work, **extra):
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     data = work / "train.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"What is {i} + {i + 3}?"}) for i in range(64)) + "\n")
-    keys = dict(actor_model_name_or_path=random_model_folder(model_dir, work / "model"), train_datasets=str(data),
+    filler = long_prompt_filler(model_dir, prompt_tokens) if prompt_tokens else ""
+    data.write_text("\n".join(json.dumps({"prompt": f"{filler}What is {i} + {i + 3}?"}) for i in range(64)) + "\n")
+    folder = random_model_folder(model_dir, work / "model", config)
+    keys = dict(actor_model_name_or_path=folder, train_datasets=str(data),
                 rl_algorithm="grpo", global_batch_size=8, rollout_n=4, global_mini_batch_size=8,
                 per_device_train_batch_size=8, max_dec_len=32, max_prompt_len=64, max_length=96, max_steps=4,
                 bf16=True, kl_loss_coeff=0.01, rollout_engine="hf", output_dir=str(work / "out"),
@@ -182,6 +186,18 @@ def grpo_session(model_dir: str, work, **extra):
         keys.update(critic_model_name_or_path=keys["actor_model_name_or_path"], kl_loss_coeff=0.0)
     keys.update(extra)
     return Session(load_arguments(None, overrides=keys), reward_functions=[distinct_chars])
+
+
+def long_prompt_filler(model_dir: str, tokens: int) -> str:
+    """Numbers separated by spaces, `tokens` - 40 tokens long under the bundled tokenizer (room for the question and
+    the chat template within a `max_prompt_len` of `tokens`)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    words = []
+    while len(tok.encode(" ".join(words), add_special_tokens=False)) < tokens - 40:
+        words += [str(len(words) % 97)] * 4
+    return "Numbers: " + " ".join(words) + ". "
 
 
 # Step 0's KL: the reference's log-probs come from consecutive micro-batches of `per_device_logprob_batch_size` rows,
@@ -209,7 +225,9 @@ def grpo_steps(model_dir: str, work, steps: int = 4, save: bool = False, **extra
     assert max(diffs) < 0.05, f"rollout/logprob_diff {diffs}"
     assert all(torch.isfinite(torch.tensor(m["actor/pg_loss"])) for m in done)
     figures = {"actor/kl_step0": kl0, "rollout/logprob_diff": diffs, "reward/mean": [m["reward/mean"] for m in done],
-               "peak_bytes": torch.cuda.max_memory_allocated() if on_gpu else 0}
+               "peak_bytes": torch.cuda.max_memory_allocated() if on_gpu else 0,
+               "response_length/mean": [m.get("response_length/mean") for m in done],
+               "timing": [{k: v for k, v in m.items() if k.startswith("timing/")} for m in done]}
     detail = (f"KL0 {kl0:.1e}; logprob_diff {', '.join(f'{d:.1e}' for d in diffs)}; "
               f"peak {figures['peak_bytes'] / 2**30:.2f} GiB")
     if save:
@@ -294,6 +312,24 @@ def two_processes(root):
     sizes = {s for _, s in re.findall(r"^rank (\d+): (\d+) sequences", out["skip_group"], re.M)}
     assert len(sizes) == 1, f"skip_group: batch sizes per rank {sizes}"
     return f"LOCAL_RANK rule on both ranks; both ranks kept {sizes.pop()} sequences", {}
+
+
+def qwen_grpo_realistic(model_dir: str, work):
+    """4 GRPO steps of the Qwen2.5-0.5B shape (random weights, the bundled tokenizer) under ZeRO-2 in bf16, prompts
+    of ~256 tokens and responses of 512 (random weights rarely stop early): KL at step 0, rollout/logprob_diff, peak
+    GPU memory and the time of each phase per step. A CPU trial: 2 steps of one small layer, 64 + 32 tokens."""
+    from perf import qwen25_config
+
+    trial = needs_cuda().type == "cpu"
+    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=49152)
+    config = qwen25_config("Qwen2.5-0.5B", **(small if trial else {}))
+    prompt, response = (64, 32) if trial else (256, 512)
+    detail, figures = grpo_steps(model_dir, work, steps=2 if trial else 4, config=config, prompt_tokens=prompt, sharding="stage2",
+                                 max_prompt_len=prompt, max_dec_len=response, max_length=prompt + response)
+    per_step = [round(sum(t.values()), 1) for t in figures["timing"]]
+    lengths = ", ".join(f"{x:.0f}" for x in figures["response_length/mean"] if x is not None)
+    return f"{detail}; response lengths {lengths}; seconds per step {per_step}", figures
 
 
 def ppo_steps(model_dir: str, work):

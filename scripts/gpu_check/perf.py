@@ -36,10 +36,12 @@ def datasheet(device_name: str) -> tuple[float, float] | None:
     return DATASHEET[max(hits, key=len)] if hits else None
 
 
-def qwen25_config(name: str):
+def qwen25_config(name: str, **overrides):
+    """Qwen2.5's published config `name` as a `Qwen2Config`, with `overrides` (a CPU trial's smaller sizes) applied
+    before it is built (its per-layer lists follow num_hidden_layers)."""
     from transformers import Qwen2Config
 
-    return Qwen2Config(**QWEN25[name])
+    return Qwen2Config(**{**QWEN25[name], **overrides})
 
 
 def measured_peaks(device) -> dict:
@@ -89,9 +91,7 @@ def tokens_per_s(names=tuple(QWEN25)):
     peak, bandwidth = datasheet(name_here) or (None, None)
     figures, details = {}, []
     for name in names if device.type == "cuda" else names[:1]:
-        config = qwen25_config(name)
-        if device.type == "cpu":
-            config.num_hidden_layers, config.vocab_size = 1, 4096
+        config = qwen25_config(name, **({} if device.type == "cuda" else {"num_hidden_layers": 1, "vocab_size": 4096}))
         n, train_tps, decode_tps = shape_speed(config, device, (8, 512) if device.type == "cuda" else (1, 32))
         if device.type == "cuda":
             torch.cuda.empty_cache()
