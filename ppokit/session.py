@@ -19,7 +19,7 @@ import time
 import torch
 
 from ppokit.args import Arguments, load_arguments
-from ppokit.training import phases
+from ppokit.training import loop, phases
 from ppokit.training.batch import RolloutBatch
 
 
@@ -29,15 +29,14 @@ class Session:
     def __init__(self, args: Arguments, *, model=None, tokenizer=None, reward_functions=None):
         from ppokit.args.liveness import guard
         from ppokit.training.build import build_sides
-        from ppokit.training.loop import start_pipeline
 
         self.args = args
         self.producer, self.learner = build_sides(args, model=model, tokenizer=tokenizer,
                                                   reward_functions=reward_functions)
         args._guard = guard  # from now on a key is live (next call), or refused with a sentence
         self.global_step, self.history, self.resume_step = 0, [], None  # resume_step: a resume's step
-        self._tracker, self._latest, self._consumed = None, {}, set()
-        self.pipeline = start_pipeline(self)  # staleness k: the queue between produce and consume
+        self._tracker, self.ledger = None, phases.Ledger()  # ledger: each batch's newest value, trained or not
+        self.pipeline = loop.start_pipeline(self)  # staleness k: the queue between produce and consume
 
     @property
     def plan(self):
@@ -52,9 +51,7 @@ class Session:
         return StateView(self.producer, self.learner)
 
     def __repr__(self) -> str:
-        from ppokit.training.loop import describe
-
-        return describe(self)
+        return loop.describe(self)
 
     @classmethod
     def from_json(cls, path: str, **overrides) -> Session:
@@ -68,23 +65,9 @@ class Session:
 
     # ------------------------------------------------------------------ the phases, walked up to one of them
 
-    def walk(self, batch: RolloutBatch | None, upto: str):
+    def walk(self, batch: RolloutBatch | None, upto: str, call: str = "walk"):
         """(batch, metrics): `batch` (None: a new draw) through the phases up to `upto`, each missing one once."""
-        tracked = batch is not None and batch.origin >= 0  # (a batch of an older checkpoint's queue has no origin)
-        batch = self._latest.get(batch.origin, batch) if tracked else batch  # the newest value made from it
-        if upto == "update" and tracked and batch.origin in self._consumed:
-            from ppokit.errors import PpokitError
-
-            raise PpokitError("this batch was trained on already (an update consumes it once): draw a new one, "
-                              "batch = s.rollout(), or call s.step()")
-        metrics = None
-        if batch is None or phases.NAMES.index(upto) > phases.done_through(batch):
-            batch, metrics = phases.walk(self.producer, self.learner, batch, upto)
-        if batch.origin >= 0:
-            self._latest = {**dict(list(self._latest.items())[-3:]), batch.origin: batch}
-        if metrics is not None:
-            self._consumed.add(batch.origin)
-        return batch, metrics
+        return self.ledger.walk(self.producer, self.learner, batch, upto, call)
 
     def rollout(self) -> RolloutBatch:
         """Draw the step's prompts and generate `rollout_n` responses each (tagged with their policy version)."""
@@ -93,15 +76,15 @@ class Session:
 
     def score(self, batch: RolloutBatch) -> torch.Tensor:
         """Rewards for every response (rule functions, reward model or reward server); returns (B,)."""
-        return self.walk(_need_batch(batch, "score"), "score")[0].scores
+        return self.walk(batch, "score", "score")[0].scores
 
     def compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
         """Advantages per `rl_algorithm` (scoring, dynamic sampling and log-probs first where missing); (B, R)."""
-        return self.walk(_need_batch(batch, "compute_advantages"), "advantages")[0].advantages
+        return self.walk(batch, "advantages", "compute_advantages")[0].advantages
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """`update_iters` passes of actor (and critic) optimizer steps on the batch; returns the stats."""
-        return self.walk(_need_batch(batch, "update"), "update")[1]
+        return self.walk(batch, "update", "update")[1]
 
     # ------------------------------------------------------------------ the step's two halves
 
@@ -115,32 +98,26 @@ class Session:
 
     def consume(self, batch: RolloutBatch, started: float | None = None) -> dict[str, float]:
         """The consuming half: log-probs, advantages, the update, then the step's metrics logged; returns them."""
-        from ppokit.training.loop import check_steps_left, log_step
-
-        check_steps_left(self)  # past the plan's last step is a sentence, not a schedule wrapping around
+        loop.check_steps_left(self)  # past the plan's last step is a sentence, not a schedule wrapping around
         started = time.perf_counter() if started is None else started
         lag = self.pipeline.lag_metrics(batch, self.learner.updates_done)  # async/*: how stale the batch trains
-        batch, metrics = self.walk(_need_batch(batch, "consume"), "update")
+        batch, metrics = self.walk(batch, "update", "consume")
         self.pipeline.wait()  # a batch generated beside this update is queued before the step ends
         self.global_step += 1
         self.last_batch = batch
-        return log_step(self, batch, {**metrics, **lag}, started)
+        return loop.log_step(self, batch, {**metrics, **lag}, started)
 
     def step(self) -> dict[str, float]:
         """produce() then consume(batch); with `staleness_threshold` k the batch consumed was produced k policy
         versions ago (the queue in `self.pipeline`; k = 0 produces it now). Returns the step's metrics."""
-        from ppokit.training.loop import check_steps_left
-
-        check_steps_left(self)
+        loop.check_steps_left(self)
         started = time.perf_counter()
         batch = self.pipeline.next_batch(self._produce, pull=self.producer.handoff.pull)
         return self.consume(batch, started)
 
     def train(self) -> list[dict]:
         """Step until the plan's last step, with evaluation, checkpoints and progress; returns the metric history."""
-        from ppokit.training.loop import Trainer
-
-        return Trainer(self).train()
+        return loop.Trainer(self).train()
 
     def evaluate(self) -> dict[str, float]:
         """Score the eval set (greedy or sampled) and return eval/* metrics."""
@@ -169,19 +146,22 @@ class Session:
 
     # ------------------------------------------------------------------ inspection
 
+    def latest(self, batch: RolloutBatch) -> RolloutBatch:
+        """The newest value made from `batch` by the calls so far (`s.score(b)` leaves `b` as it was; this is the
+        scored one)."""
+        return self.ledger.newest(batch)
+
     def show(self, batch: RolloutBatch | None = None):
         """A table of prompt, response, rewards, advantage and length (ipywidgets in Jupyter)."""
         from ppokit.widgets import show_batch
 
         batch = batch if batch is not None else getattr(self, "last_batch", None)
-        return show_batch(self._latest.get(batch.origin, batch) if isinstance(batch, RolloutBatch) else batch)
+        return show_batch(self.ledger.newest(batch))
 
     @property
     def tracker(self):
         if self._tracker is None:
-            from ppokit.training.loop import open_tracker
-
-            self._tracker = open_tracker(self)
+            self._tracker = loop.open_tracker(self)
         return self._tracker
 
     @property
@@ -200,12 +180,3 @@ class Session:
             self._tracker = None
             self.resume_step = self.global_step  # a later step()/evaluate() continues the files, not replaces them
 
-
-def _need_batch(batch, call: str) -> RolloutBatch:
-    """A phase called with something else than rollout()'s batch (None, a list, a dict) is a sentence."""
-    if not isinstance(batch, RolloutBatch):
-        from ppokit.errors import PpokitError
-
-        raise PpokitError(f"{call}() needs the batch that rollout() returned, got {type(batch).__name__}: "
-                          f"batch = s.rollout(); s.{call}(batch)")
-    return batch

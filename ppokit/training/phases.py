@@ -308,5 +308,44 @@ def walk(producer, learner, batch: RolloutBatch | None, upto: str):
     return batch, metrics
 
 
-__all__ = ["PHASES", "walk", "rollout", "score", "dynamic_sampling", "with_logprobs", "advantages", "update",
+class Ledger:
+    """A Session's record of the batches it walked: the newest value made from each draw (`batch.origin`), so a
+    notebook holding the first value still reaches the scored one, and the draws already trained on (once each)."""
+
+    def __init__(self, keep: int = 4):
+        self.latest: dict[int, RolloutBatch] = {}
+        self.consumed: set[int] = set()
+        self.keep = keep
+
+    def newest(self, batch):
+        """The newest value made from `batch`: one a later phase made, else `batch` itself (also a value the
+        caller made from it by hand, e.g. with other advantages, and anything that is not a tracked batch)."""
+        if not isinstance(batch, RolloutBatch) or batch.origin < 0:  # (an older checkpoint's queue: no origin)
+            return batch
+        known = self.latest.get(batch.origin)
+        return known if known is not None and done_through(known) > done_through(batch) else batch
+
+    def walk(self, producer, learner, batch: RolloutBatch | None, upto: str, call: str = "walk"):
+        """`walk` from the newest value of `batch`; a second update of one draw is refused with a sentence, and so
+        is something else than a batch (None, a list, a dict) given to a method named `call`."""
+        from ppokit.errors import PpokitError
+
+        if call != "walk" and not isinstance(batch, RolloutBatch):
+            raise PpokitError(f"{call}() needs the batch that rollout() returned, got {type(batch).__name__}: "
+                              f"batch = s.rollout(); s.{call}(batch)")
+        batch = self.newest(batch)
+        if upto == "update" and batch is not None and batch.origin in self.consumed:
+            raise PpokitError("this batch was trained on already (an update consumes it once): draw a new one, "
+                              "batch = s.rollout(), or call s.step()")
+        metrics = None
+        if batch is None or NAMES.index(upto) > done_through(batch):
+            batch, metrics = walk(producer, learner, batch, upto)
+        if batch.origin >= 0:
+            self.latest = {**dict(list(self.latest.items())[1 - self.keep:]), batch.origin: batch}
+            if metrics is not None:
+                self.consumed.add(batch.origin)
+        return batch, metrics
+
+
+__all__ = ["PHASES", "Ledger", "walk", "rollout", "score", "dynamic_sampling", "with_logprobs", "advantages", "update",
            "sampling_params", "generate", "rewards_of"]
