@@ -71,7 +71,7 @@ class Session:
 
     def rollout(self) -> RolloutBatch:
         """Draw the step's prompts and generate `rollout_n` responses each (tagged with their policy version)."""
-        self.producer.handoff.pull()  # the learner's newest weights, between batches
+        self.producer.pull()  # the learner's newest weights, between batches
         return self.walk(None, "rollout")[0]
 
     def score(self, batch: RolloutBatch) -> torch.Tensor:
@@ -90,7 +90,7 @@ class Session:
 
     def produce(self) -> RolloutBatch:
         """The producing half: the learner's newest weights pulled, then rollout → score → dynamic sampling."""
-        self.producer.handoff.pull()
+        self.producer.pull()
         return self._produce()
 
     def _produce(self) -> RolloutBatch:  # also the producer thread's work: it touches the producer only
@@ -112,7 +112,7 @@ class Session:
         versions ago (the queue in `self.pipeline`; k = 0 produces it now). Returns the step's metrics."""
         loop.check_steps_left(self)
         started = time.perf_counter()
-        batch = self.pipeline.next_batch(self._produce, pull=self.producer.handoff.pull)
+        batch = self.pipeline.next_batch(self._produce, pull=self.producer.pull)
         return self.consume(batch, started)
 
     def train(self) -> list[dict]:
@@ -124,7 +124,7 @@ class Session:
         from ppokit.training.evaluate import evaluate, reload_eval_data
 
         reload_eval_data(self.producer)  # eval_datasets / eval_task_config changed since: loaded now
-        self.producer.handoff.pull()
+        self.producer.pull()
         metrics = evaluate(self.producer)
         self.tracker.log(self.global_step, metrics)
         return metrics

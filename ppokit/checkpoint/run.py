@@ -121,7 +121,7 @@ def guarded_run(session):
     try:
         prepare_run(session)
         preemption.install()
-        yield preemption  # Session.train hands it to its between_steps
+        yield preemption  # the Trainer checks it between steps (Trainer.between_steps)
     except FloatingPointError as exc:
         last = last_checkpoint_name(Path(session.args.output_dir))
         raise NonFiniteWeightsError(f"step {session.global_step + 1} stopped: {exc} The weights may be damaged, "

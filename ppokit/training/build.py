@@ -248,7 +248,7 @@ def build_sides(args, model=None, tokenizer=None, reward_functions=None) -> tupl
     place_actor(actor)
     policy = build_policy(args, actor, plan)
     threads = threads if policy.device.type == "cpu" else None
-    handoff = WeightHandoff(rollout_engine)
+    handoff = WeightHandoff()
     producer = Producer(args=args, dist=dist, plan=plan, tokenizer=policy.tokenizer, rollout_engine=rollout_engine,
                         reward_fns=fns, loader=loader, train_records=train, eval_records=evals, threads=threads,
                         eval_spec=(args.eval_datasets, args.eval_task_config),

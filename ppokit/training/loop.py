@@ -164,8 +164,8 @@ def start_producer_thread(session, pipeline) -> None:
         raise PpokitError("async_producer: thread runs on one process for now (the rollout's collectives would "
                           "interleave with the update's); use async_producer: inline on several ranks")
     producer.rollout_engine = threaded_engine(producer.rollout_engine, session.model, pipeline)
-    producer.handoff.engine = producer.rollout_engine
-    producer.handoff.immediate = pipeline.switch is not None  # the hf engine takes weights between tokens
+    if pipeline.switch is not None:  # the hf engine takes the weights between tokens
+        producer.handoff.switch_engine = producer.rollout_engine
     if learner.threads is not None and learner.threads.adaptive:  # two phases at once: one thread count for both
         learner.threads.adaptive = False
     producer.threads = None  # the worker takes the trainer's thread count (`pipeline._in_thread`)

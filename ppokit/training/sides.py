@@ -27,29 +27,30 @@ class WeightHandoff:
     """The versioned weight hand-off: `publish(module, v)` on the learner's side, `pull()` on the producer's.
 
     `version` is the policy version the rollout engine generates with (tagged on every row it makes). Pulling
-    between batches is what keeps a threaded run on the inline schedule; `immediate` (partial_rollout with the
-    hf engine's WeightSwitch) hands the weights to the generation in flight, which takes them between tokens.
+    between batches is what keeps a threaded run on the inline schedule; `switch_engine` (the threaded hf engine
+    with its WeightSwitch, `partial_rollout`) takes the weights at once, into the generation in flight between
+    tokens or as soon as it ends.
     """
 
-    def __init__(self, engine, version: int = 0):
-        self.engine = engine
+    def __init__(self, version: int = 0):
         self.version = self.published = version
-        self.immediate = False
+        self.switch_engine = None
         self._module = None
 
     def publish(self, module, version: int) -> None:
         """The learner's weights of `version` are ready (`module` None: the version advanced, the weights did not)."""
-        if module is not None and self.immediate:
-            self.engine.update_weights(module)
+        if module is not None and self.switch_engine is not None:
+            self.switch_engine.update_weights(module)
         elif module is not None:
             self._module = module
         self.published = version
 
-    def pull(self) -> int:
-        """Bring the rollout engine to the newest published version; returns it. Between batches only."""
+    def pull(self, engine) -> int:
+        """Bring `engine` (the producer's rollout engine) to the newest published version; returns it. Between
+        batches only."""
         if self._module is not None:
             module, self._module = self._module, None
-            self.engine.update_weights(module)
+            engine.update_weights(module)
         self.version = self.published
         return self.version
 
@@ -82,6 +83,10 @@ class Producer:
     @property
     def policy_version(self) -> int:
         return self.handoff.version if self.handoff is not None else 0
+
+    def pull(self) -> int:
+        """The learner's newest weights into the rollout engine (between batches, on the training thread)."""
+        return self.handoff.pull(self.rollout_engine) if self.handoff is not None else 0
 
     def state_dict(self) -> dict:
         return {"rollouts_drawn": self.rollouts_drawn, "skipped_groups": self.skipped_groups,
