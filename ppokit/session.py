@@ -5,11 +5,9 @@
     s.step(); s.train(); s.evaluate(); s.save(); Session.resume(output_dir); s.show(batch)
     batch = s.produce(); metrics = s.consume(batch)      # the step's two halves (s.step() is exactly this)
 
-Every method walks the one ordered list of phases (`training.phases.PHASES`) up to its phase; a later phase runs
-the missing earlier ones once, and each phase makes a new batch (the one you hold is not changed: `s.score(b)`
-returns the scores, `s.show(b)` shows the newest value made from `b`). A batch is trained on once. `s.args` may be
-changed between calls (`s.args.temperature = 0.7`); a key fixed when the Session was built is refused with a
-sentence (`python -m ppokit.args explain KEY`).
+Every method walks the one ordered list of phases (`training.phases.PHASES`, docs/seam.md) up to its own; each
+phase makes a new batch (`s.latest(b)` is the newest made from `b`); a batch is trained on once. `s.args` may be
+changed between calls; a key fixed when the Session was built is refused with a sentence.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ import torch
 from ppokit.args import Arguments, load_arguments
 from ppokit.training import loop, phases
 from ppokit.training.batch import RolloutBatch
+from ppokit.training.sides import StateView
 
 
 class Session:
@@ -38,20 +37,12 @@ class Session:
         self._tracker, self.ledger = None, phases.Ledger()  # ledger: each batch's newest value, trained or not
         self.pipeline = loop.start_pipeline(self)  # staleness k: the queue between produce and consume
 
-    @property
-    def plan(self):
-        """The run's plan (`ppokit.args.RunPlan`); `plan.batch` is the step's batch geometry."""
-        return self.learner.plan
+    plan = property(lambda self: self.learner.plan, doc="The run's plan (`ppokit.args.RunPlan`); `plan.batch` is "
+                    "the step's batch geometry.")
+    state = property(lambda self: StateView(self.producer, self.learner), doc="Both sides in one flat view, as "
+                     "before the split (`s.state.reward_fns` reads the producer's, `s.state.kl_ctl` the learner's).")
 
-    @property
-    def state(self):
-        """The flat view of both sides, as before the split (`s.state.reward_fns`, `s.state.kl_ctl`)."""
-        from ppokit.training.sides import StateView
-
-        return StateView(self.producer, self.learner)
-
-    def __repr__(self) -> str:
-        return loop.describe(self)
+    __repr__ = loop.describe  # e.g. Session(model=..., algorithm='grpo', step=3/30, ...)
 
     @classmethod
     def from_json(cls, path: str, **overrides) -> Session:
@@ -63,7 +54,6 @@ class Session:
         """Build from keyword arguments only (no file)."""
         return cls(load_arguments(None, overrides=kwargs))
 
-    # ------------------------------------------------------------------ the phases, walked up to one of them
 
     def walk(self, batch: RolloutBatch | None, upto: str, call: str = "walk"):
         """(batch, metrics): `batch` (None: a new draw) through the phases up to `upto`, each missing one once."""
@@ -86,7 +76,6 @@ class Session:
         """`update_iters` passes of actor (and critic) optimizer steps on the batch; returns the stats."""
         return self.walk(batch, "update", "update")[1]
 
-    # ------------------------------------------------------------------ the step's two halves
 
     def produce(self) -> RolloutBatch:
         """The producing half: the learner's newest weights pulled, then rollout → score → dynamic sampling."""
@@ -129,7 +118,6 @@ class Session:
         self.tracker.log(self.global_step, metrics)
         return metrics
 
-    # ------------------------------------------------------------------ checkpoints
 
     def save(self, final: bool = False):
         """Write `output_dir/checkpoint-<step>` atomically; with final=True also the HF model in output_dir."""
@@ -144,7 +132,6 @@ class Session:
 
         return resume_session(cls, output_dir, overrides)
 
-    # ------------------------------------------------------------------ inspection
 
     def latest(self, batch: RolloutBatch) -> RolloutBatch:
         """The newest value made from `batch` by the calls so far (`s.score(b)` leaves `b` as it was; this is the
@@ -164,14 +151,8 @@ class Session:
             self._tracker = loop.open_tracker(self)
         return self._tracker
 
-    @property
-    def model(self):
-        """The trainable actor (unwrapped from DeepSpeed)."""
-        return self.learner.policy.engine.module
-
-    @property
-    def tokenizer(self):
-        return self.learner.policy.tokenizer
+    model = property(lambda self: self.learner.policy.engine.module, doc="The trainable actor (out of DeepSpeed).")
+    tokenizer = property(lambda self: self.learner.policy.tokenizer)
 
     def close(self) -> None:
         self.pipeline.close()

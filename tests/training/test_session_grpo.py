@@ -51,7 +51,9 @@ def test_micro_batches_give_the_same_update(tiny_model_path, prompts_file, tmp_p
                  reward=distinct_chars, **common)
     batch = big.rollout()
     big.score(batch)
+    batch = big.latest(batch)
     big.compute_advantages(batch)
+    batch = big.latest(batch)
     big.update(batch)
     small.update(batch)
     pb, ps = params(big), params(small)
@@ -112,6 +114,7 @@ def test_actor_kl_is_the_non_negative_k3_estimate_and_k1_keeps_its_own_name(tiny
     s.step()  # the actor moves away from the reference
     batch = s.rollout()
     s.score(batch)
+    batch = s.latest(batch)
     s.compute_advantages(batch)
     batch = s.latest(batch)
     p = s.state.policy
