@@ -106,7 +106,9 @@ class Session:
 
     def train(self) -> list[dict]:
         """Step until the plan's last step, with evaluation, checkpoints and progress; returns the metric history."""
-        return loop.Trainer(self).train()
+        from ppokit.checkpoint.run import guarded_run
+
+        return loop.Trainer(self, guarded_run).train()
 
     def evaluate(self) -> dict[str, float]:
         """Score the eval set (greedy or sampled) and return eval/* metrics."""
@@ -148,7 +150,9 @@ class Session:
     @property
     def tracker(self):
         if self._tracker is None:
-            self._tracker = loop.open_tracker(self)
+            from ppokit.checkpoint.claim import open_tracker
+
+            self._tracker = open_tracker(self)
         return self._tracker
 
     model = property(lambda self: self.learner.policy.engine.module, doc="The trainable actor (out of DeepSpeed).")

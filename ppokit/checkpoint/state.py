@@ -10,7 +10,8 @@ The parts a Session has (`parts_of`), in the order a resume loads them:
   producer     `training.sides.Producer`: rollouts drawn, groups skipped, the prompt loader's position, the reward
                normaliser
   learner      `training.sides.Learner`: updates done, the KL controller, the PTX loader's position
-  <extra>      parts registered with `register(session, name, part)`, e.g. an asynchronous rollout queue
+  rollout_queue  with staleness k > 0: the batches produced and not yet consumed (per rank)
+  <extra>      parts registered with `register(session, name, part)`
   tracker      the metric history; loading it continues metrics.jsonl / samples.jsonl from the saved step
   rng          python/numpy/torch (CUDA) generators: loaded last, after everything that might draw
 JSON parts go into trainer_state.json under "parts"; per-rank parts (rng, extras) into torch files, one per rank.
@@ -144,13 +145,19 @@ def register(session, name: str, part: Stateful, *, per_rank: bool = True) -> No
     _EXTRA.setdefault(session, {})[name] = Part(name, part, per_rank=per_rank)
 
 
-BUILT_IN = ("counters", "run_plan", "producer", "learner", "tracker", "rng")
+BUILT_IN = ("counters", "run_plan", "producer", "learner", "rollout_queue", "tracker", "rng")
+
+
+def queue_part(session) -> list[Part]:
+    """The batches produced and not yet consumed (staleness k > 0), one file per rank; none when k = 0."""
+    pipeline = getattr(session, "pipeline", None)
+    return [Part("rollout_queue", pipeline, per_rank=True)] if pipeline is not None and pipeline.staleness else []
 
 
 def parts_of(session, path: Path | None = None) -> list[Part]:
     """Every stateful part of `session`, in load order (rng last)."""
     return [Part("counters", Counters(session)), Part("run_plan", PlanState(session, path)),
-            Part("producer", session.producer), Part("learner", session.learner),
+            Part("producer", session.producer), Part("learner", session.learner), *queue_part(session),
             *_EXTRA.get(session, {}).values(), Part("tracker", TrackerState(session)),
             Part("rng", RngState(), per_rank=True, file="rng_state_{rank}.pt")]
 

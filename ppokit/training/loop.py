@@ -39,21 +39,22 @@ def check_eval_data(session) -> None:
 
 
 class Trainer:
-    """Owns a Session for the length of `train()`: the lock and resume frame (`checkpoint.run.guarded_run`), the
-    steps, the cadences of the run plan (evaluation, checkpoints, the console summary), SIGTERM between steps, the
-    drift watch and the final save."""
+    """Owns a Session for the length of `train()`: the run's frame, the steps, the cadences of the run plan
+    (evaluation, checkpoints, the console summary), SIGTERM between steps, the drift watch and the final save.
 
-    def __init__(self, session):
+    `frame(session)`: a context manager yielding the preemption flag (`checkpoint.run.guarded_run`: output_dir
+    checks and lock, resume, SIGTERM, NaN -> a sentence); the Session hands it in, the checkpoint room being above
+    this one."""
+
+    def __init__(self, session, frame):
         from ppokit.training.pipeline import DriftWatch
 
-        self.session = session
+        self.session, self.frame = session, frame
         self.preemption = None  # set while train() runs: a SIGTERM checkpoints and stops between steps
         self.drift = DriftWatch()
 
     def train(self) -> list[dict]:
-        from ppokit.checkpoint.run import guarded_run
-
-        with guarded_run(self.session) as preemption:  # output_dir checks and lock, resume, SIGTERM, NaN -> a sentence
+        with self.frame(self.session) as preemption:
             self.preemption = preemption
             try:
                 return train_loop(self)
@@ -139,10 +140,6 @@ def start_pipeline(session):
                                partial_rollout=args.partial_rollout, switch_token=args.partial_rollout_token)
     if pipeline.threaded:
         start_producer_thread(session, pipeline)
-    if pipeline.staleness:  # a checkpoint holds the batches produced and not yet consumed
-        from ppokit.checkpoint.state import register
-
-        register(session, "rollout_queue", pipeline)
     if args.staleness_threshold > 0 and args.rollout_is == "off":
         logger.warning("staleness_threshold=%d trains on batches up to %d policy versions old without importance "
                        "correction; set rollout_is: token (or sequence) to correct them",
@@ -208,21 +205,6 @@ def time_since(started: float) -> float:
     import time
 
     return time.perf_counter() - started
-
-
-def open_tracker(session):
-    """The Session's tracker, opened at its first write: a live run's folder, or an earlier run's records, are
-    refused (not erased)."""
-    from ppokit.checkpoint.claim import claim_output_dir
-    from ppokit.tracking import Tracker
-
-    args = session.args
-    claim_output_dir(args, resuming=session.resume_step is not None, doing="this Session's first write")
-    tracker = Tracker(replace=True,  # claim_output_dir decided: nothing of an earlier run is left unasked
-                      output_dir=args.output_dir, logging_dir=args.logging_dir, report_to=args.report_to,
-                      enabled=session.learner.dist.rank == 0, run_name=args.run_name, resume_step=session.resume_step)
-    tracker.log_hparams(args, plan=session.plan)  # the model: args_info.json gets the defaults
-    return tracker
 
 
 def describe(session) -> str:
