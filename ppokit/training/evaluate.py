@@ -179,7 +179,7 @@ def generate_and_judge(producer, args, records: list[dict], samples: list | None
     world = world_size()
     done = []  # (start, [(task, group)], samples)
     for start, keep in eval_chunks(len(records), per_call, producer.dist.rank, world,
-                                   balanced=getattr(args, "tensor_parallel_degree", 1) > 1):
+                                   balanced=args.tensor_parallel_degree > 1):
         chunk = records[start : start + per_call]
         # a per-call seed: the engine samples from its own stream, the training RNG is left alone
         batch = generate(producer, chunk, replace(sampling, seed=args.seed + start), group_offset=start)
