@@ -54,7 +54,6 @@ class Session:
         """Build from keyword arguments only (no file)."""
         return cls(load_arguments(None, overrides=kwargs))
 
-
     def walk(self, batch: RolloutBatch | None, upto: str, call: str = "walk"):
         """(batch, metrics): `batch` (None: a new draw) through the phases up to `upto`, each missing one once."""
         return self.ledger.walk(self.producer, self.learner, batch, upto, call)
@@ -112,13 +111,7 @@ class Session:
 
     def evaluate(self) -> dict[str, float]:
         """Score the eval set (greedy or sampled) and return eval/* metrics."""
-        from ppokit.training.evaluate import evaluate, reload_eval_data
-
-        reload_eval_data(self.producer)  # eval_datasets / eval_task_config changed since: loaded now
-        self.producer.pull()
-        metrics = evaluate(self.producer)
-        self.tracker.log(self.global_step, metrics)
-        return metrics
+        return loop.evaluate_now(self)
 
 
     def save(self, final: bool = False):

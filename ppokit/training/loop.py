@@ -201,6 +201,18 @@ def log_step(session, batch, metrics: dict[str, float], started: float) -> dict[
     return metrics
 
 
+def evaluate_now(session) -> dict[str, float]:
+    """`Session.evaluate`: the eval data reloaded when its keys changed, the newest weights pulled, the eval set
+    scored and logged at the current step."""
+    from ppokit.training.evaluate import evaluate, reload_eval_data
+
+    reload_eval_data(session.producer)  # eval_datasets / eval_task_config changed since: loaded now
+    session.producer.pull()
+    metrics = evaluate(session.producer)
+    session.tracker.log(session.global_step, metrics)
+    return metrics
+
+
 def time_since(started: float) -> float:
     import time
 
