@@ -148,3 +148,17 @@ def test_a_batch_is_consumed_once_and_the_plan_ends_at_its_last_step(tmp_path):
         s.consume(s.produce())
     assert s.global_step == 2 and s.learner.policy.engine.lr_scheduler.get_last_lr() == lr  # nothing wrapped
     s.close()
+
+
+def test_a_batch_from_an_older_checkpoints_queue_is_consumed_from_where_it_was_produced(tmp_path):
+    """Batches queued by a format-2 checkpoint carry no phase record and no origin: scored means produced."""
+    calls = []
+    s = tiny_session(tmp_path / "o")
+    count = s.producer.reward_fns[0].fn
+    s.producer.reward_fns[0] = replace(s.producer.reward_fns[0], fn=lambda p, r, **k: calls.append(1) or count(p, r, **k))
+    produced = s.produce()
+    legacy = replace(produced, phases_done=(), origin=-1)
+    assert phases.done_through(legacy) == phases.NAMES.index("dynamic_sampling")
+    metrics = s.consume(legacy)
+    assert len(calls) == 1 and s.learner.updates_done == 1 and "actor/pg_loss" in metrics  # not scored again
+    s.close()
