@@ -69,7 +69,8 @@ gpu-check:
 
 # The image replica (docs/scaling.md, "GPU check"): a venv shaped like the GPU machine's image (its packages only;
 # no deepspeed, pydantic, datasets, visualdl, gguf, vllm, flash-attn; the differences in docs/scaling.md) running
-# run.py as a CPU trial on .gpu_check: every item must end TRIAL or SKIP.
+# run.py as a CPU trial on .gpu_check: every item must end TRIAL or SKIP. PPOKIT_THREADS=off: torch's thread count
+# fixed, as in the tests (the load-following policy waited minutes beside other busy processes here).
 IVENV := .venv-gpu-image
 IBIN := $(IVENV)/bin
 ISTAMP := $(IVENV)/.ppokit-image
@@ -85,7 +86,7 @@ $(ISTAMP): Makefile
 
 gpu-check-replica: $(ISTAMP)
 	test -f .gpu_check/manifest.json || $(MAKE) gpu-check-prepare
-	env -u PYTHONPATH GPU_CHECK_CPU_TRIAL=1 $(IBIN)/python scripts/gpu_check/run.py --out output/gpu_check_replica \
+	env -u PYTHONPATH GPU_CHECK_CPU_TRIAL=1 PPOKIT_THREADS=off $(IBIN)/python scripts/gpu_check/run.py --out output/gpu_check_replica \
 		--budget 3600 $(ARGS)
 
 lint: $(STAMP)
