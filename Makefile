@@ -64,7 +64,7 @@ gpu-check-prepare: $(STAMP)
 gpu-check:
 	@test -n "$(GPU_PY)" || { echo "make gpu-check needs a python with torch and transformers: python3 has no torch" \
 		"and there is no $(BIN)/python (run 'make setup', or GPU_PY=/path/to/python make gpu-check)"; exit 2; }
-	test -f .gpu_check/manifest.json || $(MAKE) gpu-check-prepare
+	grep -qs '"format": 2' .gpu_check/manifest.json || $(MAKE) gpu-check-prepare
 	$(GPU_PY) scripts/gpu_check/run.py $(ARGS)
 
 # The image replica (docs/scaling.md, "GPU check"): a venv shaped like the GPU machine's image (its packages only;
@@ -85,7 +85,7 @@ $(ISTAMP): Makefile
 	touch $(ISTAMP)
 
 gpu-check-replica: $(ISTAMP)
-	test -f .gpu_check/manifest.json || $(MAKE) gpu-check-prepare
+	grep -qs '"format": 2' .gpu_check/manifest.json || $(MAKE) gpu-check-prepare
 	env -u PYTHONPATH GPU_CHECK_CPU_TRIAL=1 PPOKIT_THREADS=off $(IBIN)/python scripts/gpu_check/run.py --out output/gpu_check_replica \
 		--budget 3600 $(ARGS)
 

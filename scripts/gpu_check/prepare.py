@@ -29,6 +29,7 @@ import zipfile
 from pathlib import Path
 
 LIMIT = 64 * 2**20
+FORMAT = 2  # 2: DeepSpeed's dist-info, and this python's compiled wheels beside cp312 (the Makefile re-prepares older)
 WHEELS = ["pydantic", "pydantic-core", "annotated-types", "typing-inspection", "hjson", "py-cpuinfo", "msgpack",
           "einops"]
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -139,7 +140,7 @@ def main() -> None:
         raise SystemExit(f"{site}: no distribution metadata (dist-info) for {missing}")
     files = model_files(dest / "model")
     total = size_of(dest)
-    manifest = {"wheels": wheels, "deepspeed_source": sdist, "model_files": files, "bytes": total,
+    manifest = {"format": FORMAT, "wheels": wheels, "deepspeed_source": sdist, "model_files": files, "bytes": total,
                 "limit_bytes": LIMIT}
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"prepared {dest}: {len(wheels)} wheels, {sdist}, model {files}; {total / 2**20:.1f} MiB of 64 MiB")
