@@ -97,6 +97,9 @@ def test_a_lone_rank_skips_the_allreduce_and_gets_the_same_bits(dist, tiny):
     engines = [build_engine(copy.deepcopy(model0), _config(0)) for _ in range(2)]
     assert [e.enable_backward_allreduce for e in engines] == [False, False]
     assert build_engine(copy.deepcopy(model0), _config(2)).enable_backward_allreduce  # ZeRO 2 reduces its own way
+    bf16 = deepspeed_config(zero_stage=0, offload_optimizer=False, micro_batch_size=2, grad_accum=2, world_size=1,
+                            lr=1.0, device="cpu", compute_dtype=torch.bfloat16)  # the bench's: torch_autocast section
+    assert not build_engine(copy.deepcopy(model0), bf16).enable_backward_allreduce
     engines[1].enable_backward_allreduce = True  # DeepSpeed's own path
     calls = []
     engines[1].allreduce_gradients = lambda *a, _own=engines[1].allreduce_gradients, **k: calls.append(1) or _own(*a, **k)
