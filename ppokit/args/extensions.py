@@ -124,8 +124,9 @@ class PpokitArguments(JudgeArguments):  # the judge's keys live in judge.py
         "its tool calls run, their results are appended (loss_mask 0) and it continues. Needs tools or "
         "tool_config_path. Rows of verl data without agent_name: tool_agent are multi-turn too when this is on.")
     tools: str | None = Field(
-        None, description="Python tool functions 'file.py:multiply,search' (type hints + docstring give the "
-        "schema); a bundled task's tools by name too ('multiply').")
+        None, description="Python tool functions 'file.py:multiply,search;other.py:lookup' (a comma between "
+        "functions of one file, ';' between files; type hints + docstring give the schema); a bundled task's tools "
+        "by name too ('multiply'). Two tools of one name are refused.")
     tool_config_path: str | None = Field(
         None, description="verl tool config YAML: tools: [{class_name, config, tool_schema}], each class with "
         "verl's async create/execute/calc_reward/release.")
