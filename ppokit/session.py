@@ -23,7 +23,7 @@ from ppokit.tracking.console import memory_metrics
 from ppokit.training import phases
 from ppokit.training.batch import RolloutBatch, fill_in
 from ppokit.training.metrics import batch_metrics, gather_metrics, sample_rows
-from ppokit.training.pipeline import DriftWatch, RolloutPipeline
+from ppokit.training.pipeline import DriftWatch, RolloutPipeline, usable_staleness
 
 logger = logging.getLogger("ppokit")
 
@@ -45,15 +45,17 @@ class Session:
         self.resume_step: int | None = None  # set by a resume: the tracker continues that run's files
         self._preemption = None  # set by train(): a SIGTERM checkpoints and stops between steps
         self._eval_spec = (args.eval_datasets, args.eval_task_config)  # what state.eval_records was built from
-        # k = 0: produce then consume, the synchronous step
-        self.pipeline = RolloutPipeline(args.staleness_threshold, threaded=args.async_producer == "thread",
-                                        partial_rollout=args.partial_rollout, switch_token=args.partial_rollout_token)
+        # k = 0: produce then consume, the synchronous step; k is capped at what the run's steps can use
+        self.pipeline = RolloutPipeline(usable_staleness(args.staleness_threshold, self.plan.rollout_steps),
+                                        threaded=args.async_producer == "thread", partial_rollout=args.partial_rollout,
+                                        switch_token=args.partial_rollout_token)
         if self.pipeline.threaded:
             self._start_producer_thread()
-        if self.pipeline.staleness:  # a checkpoint holds the batches produced and not yet consumed
-            from ppokit.checkpoint.state import register
+        from ppokit.checkpoint.state import register
 
-            register(self, "rollout_queue", self.pipeline)
+        # a checkpoint holds the batches produced and not yet consumed (none when k = 0), and a resume with any k
+        # consumes them first: a change of k neither skips nor repeats a prompt
+        register(self, "rollout_queue", self.pipeline)
         self._drift = DriftWatch()
         if args.staleness_threshold > 0 and args.rollout_is == "off":
             logger.warning("staleness_threshold=%d trains on batches up to %d policy versions old without importance "
@@ -83,7 +85,7 @@ class Session:
         last = "no step yet" if reward is None else f"last reward/mean={reward:.3g}"
         agent = getattr(self.state, "agent", None)
         tools = f"tools={list(agent.tools)}, " if agent is not None and getattr(agent, "tools", None) else ""
-        queue = f", rollouts: {self.pipeline.describe()}" if self.pipeline.staleness else ""
+        queue = f", rollouts: {self.pipeline.describe()}" if self.pipeline.staleness or self.pipeline.queue else ""
         return (f"Session(model={args.actor_model_name_or_path!r}, algorithm={args.rl_algorithm!r}, {tools}"
                 f"step={self.global_step}/{total_steps(self)}, output_dir={args.output_dir!r}, {last}{queue})")
 
