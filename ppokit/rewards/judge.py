@@ -60,6 +60,9 @@ class JudgeReward:
                  on_error: str = "raise", score_range: tuple[float, float] = (1.0, 10.0)):
         if on_error not in ("raise", "skip_group"):
             raise RewardError(f"reward_on_error is {on_error!r}; use 'raise' or 'skip_group'")
+        if not score_range[0] < score_range[1]:
+            raise RewardError(f"judge_score_range {list(score_range)}: the lowest score must be below the highest (a "
+                              "verdict's score is mapped from [lowest, highest] onto 0..1), e.g. [1, 10]")
         if template.mode == "pairwise" and template.parser != "choice":
             raise RewardError(f"a pairwise judge template needs judge_parser: choice, not {template.parser!r}")
         self.client, self.template, self.rubric = client, template, list(rubric or [])
