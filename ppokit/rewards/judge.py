@@ -102,10 +102,12 @@ class JudgeReward:
         why = (f"its verdict did not parse as {self.template.parser}: {unparsed[first][:300]!r}" if first in unparsed
                else errors[first])
         what = f"{len(unparsed)} unparsed verdicts and {len(errors)} failed judge calls"
-        if self.on_error == "raise":
+        if self.on_error == "raise":  # a failed call's error says what to check; an unparsed verdict, the format
+            fix = (f"Fix the template or judge_parser so that the judge answers as {self.template.parser} reads it"
+                   if first in unparsed else "Fix what the error names")
             raise RewardError(f"the judge ({self.client.name}, template {self.template.name}) could not score "
-                              f"{len(failed)} answers ({what}); first, {source}: {why}. Fix the template or the "
-                              "endpoint, or set reward_on_error: skip_group to drop such groups (counted)",
+                              f"{len(failed)} answers ({what}); first, {source}: {why}. {fix}, or set "
+                              "reward_on_error: skip_group to drop such groups (counted)",
                               first, source if records else None)
         log.warning("judge: %d answers unscored (%s), their groups are skipped; first, %s: %s", len(failed), what,
                     source, why)
