@@ -233,12 +233,15 @@ class Session:
     @classmethod
     def resume(cls, output_dir: str, **overrides) -> Session:
         """Rebuild the run saved in `output_dir` (newest complete checkpoint) and continue from it."""
-        from ppokit.checkpoint import STATE_FILE, find_checkpoint, resume_into
-        from ppokit.checkpoint.guard import read_state
+        from ppokit.checkpoint import STATE_FILE, complete_checkpoints, find_checkpoint, resume_into
+        from ppokit.checkpoint.guard import DamagedCheckpointError, read_state
 
         is_run = not str(output_dir).rstrip("/").split("/")[-1].startswith("checkpoint-")
         path = find_checkpoint("auto", output_dir) if is_run else find_checkpoint(output_dir, output_dir)
-        saved = read_state(path, STATE_FILE).get("config", {})
+        try:
+            saved = read_state(path, STATE_FILE).get("config", {})
+        except DamagedCheckpointError as exc:  # auto skipped every newer one already: nothing older is readable
+            raise exc.under_auto(complete_checkpoints(output_dir)) if is_run else exc from None
         saved["output_dir"] = str(path.parent)  # where the run is now, also when its folder was moved or copied
         saved.update(overrides)
         session = cls(load_arguments(None, overrides=saved))

@@ -24,7 +24,7 @@ import re
 import shutil
 from pathlib import Path
 
-from ppokit.checkpoint.guard import DamagedCheckpointError, read_state
+from ppokit.checkpoint.guard import DamagedCheckpointError, checkpoint_folder, damaged_advice, read_state
 from ppokit.engine import rank
 from ppokit.errors import PpokitError
 
@@ -98,7 +98,7 @@ def find_checkpoint(spec, output_dir: str | Path) -> Path:
                 read_state(path, STATE_FILE)
                 return path
             except DamagedCheckpointError as exc:
-                logger.warning("resume_from_checkpoint=auto skips %s: %s", path.name, exc)
+                logger.warning("resume_from_checkpoint=auto skips %s: %s", path.name, exc.problem)
         return found[0]
     path = Path(str(spec))
     if not path.is_dir() and (Path(output_dir) / path).is_dir():
@@ -110,7 +110,7 @@ def find_checkpoint(spec, output_dir: str | Path) -> Path:
         if found:
             return found[-1]
         raise CheckpointError(f"{path} is not a complete checkpoint (it has no {STATE_FILE}): it may be from an "
-                              "interrupted save; resume from an older checkpoint-<step> or with 'auto'")
+                              f"interrupted save; {damaged_advice(checkpoint_folder(path))}")
     return path
 
 

@@ -129,7 +129,7 @@ def load_actor(session, path: Path, saved: dict) -> None:
             load, _ = engine.load_checkpoint(str(path / "actor_ds"), tag="state", load_optimizer_states=True,
                                              load_lr_scheduler_states=True)
         if load is None:
-            raise DamagedCheckpointError(f"DeepSpeed found no state in {path / 'actor_ds'}; the checkpoint is damaged")
+            raise DamagedCheckpointError(f"DeepSpeed found no state in {path / 'actor_ds'}", path)
         reapply_optimizer_settings(engine, wanted, "actor", announce=is_rank0())
     else:
         missing_optimizer_state(path, "actor", saved["args"], bool(session.args.force_resume))
@@ -170,8 +170,11 @@ def resume_into(session, spec) -> Path:
                 return resume_from(session, candidate)
             logger.warning("resume_from_checkpoint=auto skips %s: a rank cannot read it", candidate.name)
         except DamagedCheckpointError as exc:
-            logger.warning("resume_from_checkpoint=auto skips %s: %s", candidate.name, exc)
-    return resume_from(session, candidates[-1])
+            logger.warning("resume_from_checkpoint=auto skips %s: %s", candidate.name, exc.problem)
+    try:
+        return resume_from(session, candidates[-1])
+    except DamagedCheckpointError as exc:  # the last one: say that there is nothing older, not "try auto"
+        raise exc.under_auto(complete_checkpoints(session.args.output_dir)) from None
 
 
 def resume_from(session, path: Path) -> Path:
