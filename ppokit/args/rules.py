@@ -26,17 +26,22 @@ def derive(args: Arguments, world_size: int) -> tuple[dict[str, Any], list[str]]
     _misc_rules(args, updates, notes)
     _algorithm_presets(args, updates, notes)
     _overlong_buffer(args, updates, notes)
-    notes += idle_async_keys(args)
+    notes += idle_keys(args)
     return updates, notes
 
 
-def idle_async_keys(args: Arguments) -> list[str]:
-    """A note for each asynchronous-rollout key the user set that this configuration never reads (docs/async.md):
-    the producer thread runs only beside an update (k >= 1), partial_rollout acts only on a generation that
-    overlaps one (the thread), partial_rollout_token only schedules partial_rollout: switch."""
+def idle_keys(args: Arguments) -> list[str]:
+    """A note for each key the user set that this configuration never reads (said once, when the arguments load):
+    tools without multi_turn; of the asynchronous rollouts (docs/async.md), the producer thread runs only beside an
+    update (k >= 1), partial_rollout acts only on a generation that overlaps one (the thread),
+    partial_rollout_token only schedules partial_rollout: switch."""
     given, k = args.model_fields_set, args.staleness_threshold
     threaded = k >= 1 and args.async_producer == "thread"
     notes = []
+    for key in ("tools", "tool_config_path"):
+        if getattr(args, key) and not args.multi_turn:
+            notes.append(f"{key} has no effect without multi_turn: true (rollouts stay single-turn, no tool is "
+                         "offered); set multi_turn: true to use it.")
     if args.async_producer == "thread" and k == 0:
         notes.append("async_producer=thread has no effect: staleness_threshold=0 is the synchronous step, nothing is "
                      "generated beside the update; set staleness_threshold >= 1 to overlap them.")

@@ -299,8 +299,6 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
         from ppokit.rollout.agent_loop import agent_spec
 
         state.agent = agent_spec(args, policy.tokenizer)
-    elif args.tools or args.tool_config_path:
-        logger.warning("tools / tool_config_path have no effect without multi_turn: true (rollouts stay single-turn)")
     if algorithm(args.rl_algorithm).needs_critic:
         from ppokit.training.critic import build_critic
 

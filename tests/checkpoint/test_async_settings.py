@@ -83,7 +83,7 @@ def test_run_ppo_says_once_which_async_keys_have_no_effect_and_caps_k(tiny_model
     config = write_config(tmp_path, tiny_config(tiny_model_dir, tmp_path, max_steps=3, save_steps=3))
     runs = {
         "idle keys": ["--staleness_threshold", "0", "--async_producer", "thread", "--partial_rollout_token", "3",
-                      "--max_steps", "1", "--save_strategy", "no", "--output_dir", str(tmp_path / "idle")],
+                      "--max_steps", "1", "--save_strategy", "no", "--output_dir", str(tmp_path / "idle"), "--tools", "multiply"],
         "cap": ["--staleness_threshold", "1000", "--rollout_is", "token"],
     }
     stderr = {}
@@ -96,6 +96,7 @@ def test_run_ppo_says_once_which_async_keys_have_no_effect_and_caps_k(tiny_model
     assert idle.count("async_producer=thread has no effect: staleness_threshold=0 is the synchronous step") == 1
     assert idle.count("partial_rollout_token=3 has no effect: it schedules the weight switch of partial_rollout: "
                       "switch, and partial_rollout is finish") == 1
+    assert idle.count("tools has no effect without multi_turn: true") == 1  # the same rule, not only async keys
     assert stderr["cap"].count("staleness_threshold=1000 is capped at 2: this run has 3 rollout steps") == 1
     queue = torch.load(tmp_path / "out" / "checkpoint-3" / "state_rollout_queue_0.pt", weights_only=False)
     assert queue["staleness"] == 2 and len(queue["queue"]) == 2 and queue["produced"] == 5
