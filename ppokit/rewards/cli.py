@@ -12,7 +12,7 @@ import os
 import sys
 
 from ppokit.errors import PpokitError
-from ppokit.rewards.judge.options import add_judge_options, judge_options
+from ppokit.rewards.judge.options import add_judge_options, flag, judge_options
 from ppokit.rewards.server import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY_BYTES,
@@ -112,7 +112,7 @@ def check_judge_options(ns: argparse.Namespace, argv: list[str] | None) -> None:
     bare.set_defaults(**{k: None for k in vars(ns) if k.startswith("judge_")})
     given = [k for k, v in vars(bare.parse_args(argv)).items() if k.startswith("judge_") and v not in (None, False)]
     if given:
-        options = ", ".join("--" + k.replace("_", "-") for k in given)
+        options = ", ".join(flag(k) for k in given)
         verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
         raise ValueError(f"{options} {verb} only to an LLM judge, and no --judge MODEL is given: add --judge (a model "
                          f"folder, .gguf file, alias or endpoint URL), or drop {them}")

@@ -18,8 +18,8 @@ from ppokit.rewards import RewardServerError
 from ppokit.rewards.client import RewardServerClient
 from ppokit.rewards.errors import RewardError
 from ppokit.rewards.judge import JudgeReward
-from ppokit.rewards.judge_clients import HttpJudge, JudgeReply
-from ppokit.rewards.judge_templates import load_template
+from ppokit.rewards.judge.clients import HttpJudge, JudgeReply
+from ppokit.rewards.judge.templates import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
