@@ -20,17 +20,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 from pathlib import Path
 
-from ppokit.checkpoint.guard import DamagedCheckpointError, checkpoint_folder, damaged_advice, read_state
+from ppokit.checkpoint.guard import (  # noqa: F401 - STATE_FILE and complete_checkpoints are files' names too
+    STATE_FILE,
+    DamagedCheckpointError,
+    checkpoint_folder,
+    complete_checkpoints,
+    damaged_advice,
+    read_state,
+)
 from ppokit.engine import rank
 from ppokit.errors import PpokitError
 
 logger = logging.getLogger("ppokit")
 
-STATE_FILE = "trainer_state.json"
 TMP_PREFIX = ".tmp-checkpoint-"
 OLD_PREFIX = ".old-checkpoint-"
 
@@ -66,19 +71,6 @@ def fsync_tree(path: Path) -> None:
 
 
 # ------------------------------------------------------------------ finding checkpoints
-
-
-def complete_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete `checkpoint-<step>` folders in `output_dir` (those with trainer_state.json), oldest first."""
-    root = Path(output_dir)
-    if not root.is_dir():
-        return []
-    found = []
-    for child in root.iterdir():
-        m = re.fullmatch(r"checkpoint-(\d+)", child.name)
-        if m and (child / STATE_FILE).is_file():
-            found.append((int(m.group(1)), child))
-    return [p for _, p in sorted(found)]
 
 
 def is_auto(spec) -> bool:

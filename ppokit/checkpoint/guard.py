@@ -29,6 +29,7 @@ from ppokit.errors import PpokitError
 
 logger = logging.getLogger("ppokit")
 
+STATE_FILE = "trainer_state.json"
 ABANDONED_DIR = "abandoned"
 ABANDONED_NOTE = "NOTE.txt"
 HYPER_KEYS = ("betas", "eps", "weight_decay")
@@ -70,13 +71,24 @@ def damaged_advice(folder: Path | None, remedy: str = "", auto: bool = False, tr
         what = (f"resume_from_checkpoint=auto could read none of the checkpoints in {folder.parent} "
                 f"({', '.join([folder.name, *others])})" if others else f"it is the only checkpoint in {folder.parent}")
         return f"{what}, so there is no older one to fall back to; " + "; or ".join([*options, fresh])
-    from ppokit.checkpoint.files import complete_checkpoints
-
     older = [p.name for p in reversed(complete_checkpoints(folder.parent)) if _step(p) < _step(folder)]
     if older:
         return "; or ".join([*options, f"resume an older one ({', '.join(older)}), or with 'auto', which falls back "
                                        "to the newest readable one"])
     return f"{folder.parent} holds no older checkpoint; " + "; or ".join([*options, fresh])
+
+
+def complete_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete `checkpoint-<step>` folders in `output_dir` (those with trainer_state.json), oldest first."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        m = re.fullmatch(r"checkpoint-(\d+)", child.name)
+        if m and (child / STATE_FILE).is_file():
+            found.append((int(m.group(1)), child))
+    return [p for _, p in sorted(found)]
 
 
 def _step(folder: Path) -> int:

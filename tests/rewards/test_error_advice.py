@@ -110,6 +110,9 @@ def test_judge_score_range_on_the_command_line_and_refused_when_empty(tiny_model
     file = json.loads(Path(config).read_text())
     Path(config).write_text(json.dumps({**file, "judge_score_range": [7, 7]}))
     assert "judge_score_range=[7, 7] is not valid: the lowest score (7)" in error_of(run("run_ppo.py", config))
+    served = error_of(run("reward_server.py", "--judge", closed_port_url + "/v1", "--judge-api-model", "m",
+                          "--judge-score-range", "10", "1", "--port", "0"))
+    assert "--judge-score-range" in served and "the lowest score (10" in served, served
 
 
 def test_reward_server_refuses_judge_options_without_a_judge():
