@@ -40,7 +40,7 @@ def test_vllm_starts_before_the_actor_reaches_the_gpu(tiny_model_path, prompts_f
     monkeypatch.setattr(build, "build_rollout_engine", rollout)
     monkeypatch.setattr(build, "place_actor", place)
     with pytest.raises(Stop):
-        build.build_state(args, reward_functions=[distinct_chars])
+        build.build_sides(args, reward_functions=[distinct_chars])
     assert events == [("rollout engine", "cpu"), ("actor to", "cuda:0")]
     assert fake_vllm.LLM.instances  # vLLM was built (the fake)
 
