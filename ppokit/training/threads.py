@@ -33,7 +33,7 @@ import time
 import torch
 
 from ppokit.args import ConfigError
-from ppokit.thread_waiting import Waiting, waiting_lever
+from ppokit.thread_waiting import Waiting, busy_seconds, own_seconds, waiting_lever
 
 ENV = "PPOKIT_THREADS"
 logger = logging.getLogger("ppokit")
@@ -44,29 +44,6 @@ def _cpus() -> set[int]:
         return set(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return set(range(os.cpu_count() or 1))
-
-
-def busy_seconds(cpus: set[int]) -> float | None:
-    """CPU-seconds the cores in `cpus` spent busy since boot (user, nice, system, irq, softirq, steal), or None
-    where /proc/stat cannot be read."""
-    try:
-        with open("/proc/stat") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    ticks = 0
-    for line in lines:
-        name, *fields = line.split()
-        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
-            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
-            ticks += user + nice + system + irq + softirq + steal
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def own_seconds() -> float:
-    """CPU-seconds this process (all its threads) has used."""
-    t = os.times()
-    return t.user + t.system
 
 
 class ThreadPolicy:
