@@ -2,12 +2,14 @@
 
 The thread count decides how float reductions are split, so it decides a run's bits (`training/threads.py` keeps it
 fixed). How an idle thread waits for the next parallel region decides only where the time goes. torch's pip wheels
-on Linux use GNU OpenMP (libgomp), whose idle threads spin about 300,000 times (3 ms on paper, ≈ 10 ms with the
+on Linux use GNU OpenMP (libgomp), whose idle threads spin about 300,000 times (3 ms on paper, more with the
 `pause` latency of recent Intel cores) before they sleep. Alone on the machine that is free; beside a CPU-bound
 neighbour every spin is a slice of a core taken from the neighbour or from our own thread that still has work, and
-each parallel region then waits for a thread the scheduler put aside. A bounded spin keeps the short waits between
-the kernels of one phase cheap (idle speed) and lets a thread with nothing to do sleep within about a millisecond.
-docs/performance.md has the measurements behind the number.
+each parallel region then waits for a thread the scheduler put aside. So ppokit lets idle threads sleep at once
+(OMP_WAIT_POLICY=PASSIVE) when other processes already keep cores busy at start, and otherwise spin 1,000 times (tens
+of µs: longer than most gaps between the kernels of one phase, meant to keep idle speed) before they sleep, so that
+a neighbour arriving later costs about its share. docs/performance.md has the measurements (and what could not be
+measured: the idle cost, on the shared machine these choices were made on).
 
 libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded (at `import torch`), so this runs when
 `ppokit` is imported (`run_ppo.py`, `python -m ppokit.main_ppo`, the bench's workers, a notebook importing ppokit
@@ -25,7 +27,7 @@ import time
 
 SPIN_COUNT = "GOMP_SPINCOUNT"
 WAIT_POLICY = "OMP_WAIT_POLICY"
-BOUNDED_SPINS = "10000"  # ≈ 0.1-1 ms of `pause` before a futex sleep; see docs/performance.md
+BOUNDED_SPINS = "1000"  # tens of µs of `pause` before a futex sleep (libgomp's own count when oversubscribed)
 BUSY_CORES = 0.5  # other processes keeping this many of our cores busy at start: the machine is shared
 SAMPLE_S = 0.1
 

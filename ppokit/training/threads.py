@@ -33,7 +33,7 @@ import time
 import torch
 
 from ppokit.args import ConfigError
-from ppokit.thread_waiting import Waiting, busy_seconds, own_seconds, waiting_lever
+from ppokit.thread_waiting import BOUNDED_SPINS, Waiting, busy_seconds, own_seconds, waiting_lever
 
 ENV = "PPOKIT_THREADS"
 logger = logging.getLogger("ppokit")
@@ -120,7 +120,7 @@ def say_wait_is_fixed_already() -> None:
                 "that when torch loaded, and its idle threads spin ≈ 3-10 ms before sleeping, which beside busy "
                 "processes can make steps several times slower. The thread count is still ppokit's (%s, or "
                 "torch.set_num_threads). For the short spin, import ppokit before torch (in a notebook: restart the "
-                "kernel), or set GOMP_SPINCOUNT=10000 before Python starts", ENV)
+                "kernel), or set GOMP_SPINCOUNT=%s before Python starts", ENV, BOUNDED_SPINS)
 
 
 def _libgomp_loaded() -> bool:
