@@ -57,7 +57,6 @@ class ThreadPolicy:
         self.adaptive = mode == "auto" and "OMP_NUM_THREADS" not in os.environ and len(self.cpus) > 1
         self._said = False  # auto's first change
         self._slowed_said = False
-        say_wait_is_fixed_already()
         if mode.isdigit() and int(mode) > 0:
             self.fixed = int(mode)
             torch.set_num_threads(self.fixed)
@@ -149,6 +148,8 @@ def fit_threads(state, phase: str) -> dict[str, float]:
     """Fit the thread count before `phase` of a CPU run; {"cpu/<phase>_threads": count} where ppokit sets the
     count (fixed, N or auto), else {} (off)."""
     policy = getattr(state, "threads", None)
+    if policy is not None:
+        say_wait_is_fixed_already()  # here, not at build: the console's level is set by then
     if policy is None or not (policy.adaptive or policy.fixed):
         return {}
     return {f"cpu/{phase}_threads": float(policy.fit())}

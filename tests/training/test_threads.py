@@ -236,7 +236,8 @@ def _child_env(**wait) -> dict:
 
 def test_the_wait_is_set_before_torch_loads_and_the_too_late_case_is_said_once():
     probe = ("import logging, os, sys\nlogging.basicConfig(level=logging.INFO, format='%(message)s')\n"
-             "{first}\nfrom ppokit.training.threads import ThreadPolicy\nThreadPolicy('off'); ThreadPolicy('off')\n"
+             "{first}\nfrom types import SimpleNamespace\nfrom ppokit.training.threads import ThreadPolicy, fit_threads\n"
+             "state = SimpleNamespace(threads=ThreadPolicy('off'))\nfit_threads(state, 'rollout'); fit_threads(state, 'update')\n"
              "print('WAIT', os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))\n")
     first = subprocess.run([sys.executable, "-c", probe.format(first="import ppokit, torch")], env=_child_env(),
                            capture_output=True, text=True, timeout=300)
