@@ -166,12 +166,18 @@ def loaded_lines(results: dict[str, dict]) -> str:
         ratios[label] = (idle_s, loaded_s)
         lines.append(f"{label}: step {loaded_s / idle_s:.2f}x its idle step; other processes kept "
                      f"{_cores(loaded.get('others_cores'))} cores busy during it, {_cores(idle.get('others_cores'))} "
-                     "during the idle run")
+                     f"during the idle run; threads waited {_wait(loaded)} beside them, {_wait(idle)} idle")
     if len(ratios) == 2:
         (first, (idle_a, loaded_a)), (second, (idle_b, loaded_b)) = ratios.items()
         lines.append(f"{second.split(' beside ')[0]} / {first.split(' beside ')[0]} step: {idle_b / idle_a:.2f}x idle, "
                      f"{loaded_b / loaded_a:.2f}x beside the neighbours")
     return "\n".join(lines)
+
+
+def _wait(result: dict) -> str:
+    """The OpenMP wait a worker ran with (ppokit chooses it at import from the load; the user's variables win)."""
+    chosen = {k: v for k, v in (result.get("wait") or {}).items() if v}
+    return " ".join(f"{k}={v}" for k, v in chosen.items()) or "as libgomp's default"
 
 
 def _cores(value) -> str:
