@@ -56,7 +56,7 @@ class Actor:
 
 def load_actor(args, dist, plan, model=None, tokenizer=None) -> Actor:
     """Tokenizer (with the run's chat template) and the trainable model, on its device or, where a vLLM engine will
-    start on that GPU, on the CPU until then (`staging_device`, `place_actor`); no optimizer yet."""
+    start on that GPU, on the meta device until then (`staging_device`, `place_actor`); no optimizer yet."""
     from ppokit.models import (
         LoraSpec,
         attention_implementation,
@@ -96,9 +96,10 @@ def load_actor(args, dist, plan, model=None, tokenizer=None) -> Actor:
 
 
 def staging_device(args, device, plan) -> torch.device:
-    """Where the actor is loaded before the rollout engine exists: the CPU when a vLLM engine is about to start on
-    this GPU (it sizes itself from the free memory and refuses to start above ~0.6 of an 80 GB card with a 7B float32
-    actor already there; docs/scaling.md, start-up order), else `device`. ZeRO-3 actors load partitioned (a shard
+    """Where the actor is loaded before the rollout engine exists: the meta device (no storage, models/staging.py; the
+    CPU with LoRA) when a vLLM engine is about to start on this GPU (it sizes itself from the free memory and refuses
+    to start above ~0.6 of an 80 GB card with a 7B float32 actor already there; docs/scaling.md, start-up order),
+    else `device`. ZeRO-3 actors load partitioned (a shard
     per GPU), in place."""
     from ppokit.rollout.vllm_engine import vllm_available
     from ppokit.training.engine_setup import zero_options
@@ -106,11 +107,15 @@ def staging_device(args, device, plan) -> torch.device:
     wants_vllm = args.rollout_engine == "vllm" or (args.rollout_engine is None and args.use_fusemt)
     if device.type != "cuda" or not wants_vllm or not vllm_available() or zero_options(args)["zero_stage"] == 3:
         return device
-    return torch.device("cpu")
+    return torch.device("cpu") if args.lora_rank > 0 else torch.device("meta")  # meta: no host RAM (models/staging)
 
 
 def place_actor(actor: Actor) -> None:
-    """The actor on its training device (after the rollout engine started; a no-op where it was loaded there)."""
+    """The actor on its training device (after the rollout engine started; a no-op where it was loaded there): a
+    meta-staged actor reads its weights straight onto the device."""
+    from ppokit.models.staging import materialize
+
+    materialize(actor.model, actor.device)
     actor.model.to(actor.device)
 
 
