@@ -12,7 +12,7 @@ import os
 import sys
 
 from ppokit.errors import PpokitError
-from ppokit.rewards.judge.options import add_judge_options, judge_options
+from ppokit.rewards.judge.options import add_judge_options, flag, judge_options
 from ppokit.rewards.server import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY_BYTES,
@@ -103,6 +103,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_judge_options(ns: argparse.Namespace, argv: list[str] | None) -> None:
+    """--judge-* options act only with --judge: given without it, refused (they would be ignored). The options
+    given are those that differ from their defaults when the defaults are taken away."""
+    if ns.judge:
+        return
+    bare = build_parser()
+    bare.set_defaults(**{k: None for k in vars(ns) if k.startswith("judge_")})
+    given = [k for k, v in vars(bare.parse_args(argv)).items() if k.startswith("judge_") and v not in (None, False)]
+    if given:
+        options = ", ".join(flag(k) for k in given)
+        verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
+        raise ValueError(f"{options} {verb} only to an LLM judge, and no --judge MODEL is given: add --judge (a model "
+                         f"folder, .gguf file, alias or endpoint URL), or drop {them}")
+
+
 def _spec(ns: argparse.Namespace) -> dict:
     return {"task": ns.task, "function": ns.function, "model": ns.model, "token": ns.token,
             "judge": ns.judge, "judge_options": judge_options(ns),
@@ -131,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     ns = parser.parse_args(argv)
     try:
+        check_judge_options(ns, argv)
         check_bind(ns.host, ns.token, ns.insecure)
         if ns.workers < 1:
             raise ValueError("--workers must be at least 1")

@@ -262,8 +262,6 @@ def build_sides(args, model=None, tokenizer=None, reward_functions=None) -> tupl
         from ppokit.rollout.agent_loop import agent_spec
 
         producer.agent = agent_spec(args, policy.tokenizer)
-    elif args.tools or args.tool_config_path:
-        logger.warning("tools / tool_config_path have no effect without multi_turn: true (rollouts stay single-turn)")
     logprob_bs = args.per_device_logprob_batch_size if args.per_device_logprob_batch_size > 0 else \
         geometry.micro_batch_size
     learner = Learner(args=args, dist=dist, plan=plan, policy=policy, logprob_batch_size=logprob_bs, handoff=handoff,

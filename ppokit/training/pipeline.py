@@ -27,6 +27,20 @@ from ppokit.training.batch import RolloutBatch
 logger = logging.getLogger("ppokit")
 
 
+def usable_staleness(staleness: int, rollout_steps: int) -> int:
+    """`staleness_threshold` capped at what a run of `rollout_steps` steps can use, with a note when it is: with
+    k >= steps - 1 every batch comes from version 0 already, and a larger k only generates batches the run never
+    trains on before its first step (and holds them in every checkpoint). At least 1 for k >= 1, so a one-step run
+    keeps the configuration it asked for."""
+    cap = max(rollout_steps - 1, 1)
+    if staleness <= cap:
+        return staleness
+    logger.info("staleness_threshold=%d is capped at %d: this run has %d rollout steps, so batch i comes from "
+                "policy version max(0, i - %d) already and a larger k would only generate batches it never trains on.",
+                staleness, cap, rollout_steps, cap)
+    return cap
+
+
 class RolloutPipeline:
     """The produced-not-yet-consumed batches of a run with staleness k, in the order they are consumed.
 
@@ -95,9 +109,11 @@ class RolloutPipeline:
     def lag_metrics(self, batch: RolloutBatch, version: int) -> dict[str, float]:
         """async/version_lag (mean over the rows), async/version_lag/max and async/queue_batches for a batch about
         to train on policy version `version`; nothing when k = 0 (the synchronous step logs what it always did)."""
-        if self.staleness == 0 or batch.policy_version is None:
+        if batch.policy_version is None:
             return {}
         lag = (version - batch.policy_version).float()
+        if self.staleness == 0 and not lag.any():  # k = 0 logs what the synchronous step always did (a batch
+            return {}  # queued by a checkpoint of another k is stale: its lag is logged)
         metrics = {"async/version_lag": float(lag.mean()), "async/version_lag/max": float(lag.max()),
                    "async/queue_batches": float(len(self.queue) + (self._pending is not None))}
         return {**metrics, **newer_tokens(batch)}
@@ -108,7 +124,7 @@ class RolloutPipeline:
 
     def describe(self) -> str:
         """e.g. 'staleness_threshold=2, queue 2 batches (policy versions 3, 4), 7 produced, 5 consumed'."""
-        if self.staleness == 0:
+        if self.staleness == 0 and not self.queue:
             return "synchronous (staleness_threshold=0)"
         versions = ", ".join(map(str, self.versions())) or "-"
         switch = ""
@@ -125,7 +141,9 @@ class RolloutPipeline:
                 "queue": list(self.queue)}
 
     def load_state_dict(self, state: dict) -> None:
-        if int(state["staleness"]) != self.staleness:
+        """The saved queue and counters, whatever this run's k: every queued batch is consumed first, in order, and
+        production continues after the last one, so a change of k on resume neither skips nor repeats a prompt."""
+        if int(state["staleness"]) != self.staleness and state["queue"]:
             logger.warning("the checkpoint's rollout queue was built with staleness_threshold=%s, this run has %s; "
                            "its %d queued batches are used as they are", state["staleness"], self.staleness,
                            len(state["queue"]))
