@@ -64,6 +64,7 @@ def train_loop(session) -> list[dict]:
                 metrics.update(session.evaluate())
                 session.history[-1].update(metrics)
                 evaluated_at = step
+                session.between_steps()  # a SIGTERM during the evaluation stops here, before another step
             epoch = session.state.loader.epoch
             shown = dict(metrics)
             if plan.due("save", step, args, new_epoch) and step < total:
@@ -77,10 +78,16 @@ def train_loop(session) -> list[dict]:
             final = session.evaluate()
             if session.history:
                 session.history[-1].update(final)
+            session.between_steps()
         session.save(final=True)
         if session.state.dist.rank == 0 and hasattr(progress, "write"):
             progress.close()
             say(summary_for(session, time.perf_counter() - started))
+    except KeyboardInterrupt:  # Ctrl-C or a second SIGTERM: what is in flight is not waited for
+        from ppokit.checkpoint.signals import abandon_in_flight
+
+        abandon_in_flight(session)
+        raise
     finally:
         progress.close()
         session.close()
