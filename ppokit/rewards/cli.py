@@ -12,6 +12,7 @@ import os
 import sys
 
 from ppokit.errors import PpokitError
+from ppokit.paths import check_paths
 from ppokit.rewards.server import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY_BYTES,
@@ -113,6 +114,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def server_paths(ns: argparse.Namespace) -> list:
+    """The files the server reads (certificates, the function, model and judge template), as `PathUse`s: checked
+    before anything loads or uvicorn starts."""
+    from ppokit.paths import READ_ANY, READ_FILE, PathUse
+
+    uses = [PathUse(f"--{name.replace('_', '-')}", value, READ_FILE)
+            for name in ("ssl_certfile", "ssl_keyfile") if (value := getattr(ns, name, None))]
+    if ns.function and ":" in ns.function:
+        uses.append(PathUse("--function", ns.function.rpartition(":")[0], READ_FILE))
+    for name in ("model", "judge"):
+        value = getattr(ns, name, None)
+        if value and not value.startswith(("http://", "https://")) and not _is_alias(value):
+            uses.append(PathUse(f"--{name}", value, READ_ANY))
+    template = ns.judge_template or ""
+    if ns.judge and "\n" not in template and template.endswith((".j2", ".jinja", ".txt", ".md")):
+        uses.append(PathUse("--judge-template", template, READ_FILE))
+    return uses
+
+
+def _is_alias(name: str) -> bool:
+    from ppokit.models.loading import ALIASES
+
+    return name.strip().lower() in ALIASES
+
+
 def _spec(ns: argparse.Namespace) -> dict:
     judge_options = {k: v for k, v in vars(ns).items() if k.startswith("judge_") and v is not None}
     return {"task": ns.task, "function": ns.function, "model": ns.model, "token": ns.token,
@@ -142,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     ns = parser.parse_args(argv)
     try:
+        check_paths(server_paths(ns))  # a missing certificate is a sentence, not uvicorn's traceback
         check_bind(ns.host, ns.token, ns.insecure)
         if ns.workers < 1:
             raise ValueError("--workers must be at least 1")
