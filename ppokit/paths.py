@@ -46,9 +46,28 @@ class PathUse:
 
 def check_paths(uses: Iterable[PathUse]) -> None:
     """Raise PathError listing every problem of `uses` (one sentence each); return when there is none."""
-    problems = [sentence for use in uses if (sentence := path_problem(use))]
+    problems, cuts = [], set()
+    for use in uses:
+        sentence = path_problem(use)
+        if sentence and use.whole and use.sep and os.path.exists(os.path.expanduser(use.whole)):
+            if (use.key, use.whole) in cuts:
+                continue  # the other pieces of one cut path: said once
+            cuts.add((use.key, use.whole))
+        if sentence:
+            problems.append(sentence)
     if problems:
         raise PathError("\n".join(problems))
+
+
+def joined_path(items: list[str], i: int, sep: str, to_path=lambda text: text) -> str | None:
+    """The existing path that items[j..k] (j <= i <= k, more than one) joined by `sep` name, when splitting a list
+    value at `sep` cut a path holding it; `to_path` turns a joined text into its path (e.g. 'file.py:fn' -> the
+    file). None when no such path exists."""
+    for j in range(i, -1, -1):
+        for k in range(i, len(items)):
+            if k > j and (path := to_path(sep.join(items[j:k + 1]))) and os.path.exists(os.path.expanduser(path)):
+                return path
+    return None
 
 
 def path_problem(use: PathUse) -> str | None:

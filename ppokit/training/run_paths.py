@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import os
 
-from ppokit.paths import READ_ANY, READ_DIR, READ_FILE, WRITE_DIR, WRITE_FILE, PathUse, check_paths
+from ppokit.paths import (
+    READ_ANY,
+    READ_DIR,
+    READ_FILE,
+    WRITE_DIR,
+    WRITE_FILE,
+    PathUse,
+    check_paths,
+    joined_path,
+)
 
 RUN_FILES = ("metrics.jsonl", "samples.jsonl")  # what the tracker appends to in output_dir
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".txt", ".md")  # a judge_template ending so is a file (judge_templates.py)
@@ -50,16 +59,18 @@ def dataset_paths(args) -> list[PathUse]:
     uses = []
     for key in ("train_datasets", "eval_datasets", "ptx_datasets"):
         spec = getattr(args, key, None)
-        if not spec or (key == "ptx_datasets" and not args.ptx_coeff > 0):
-            continue
-        try:
-            parts = split_spec(spec)
-        except DataError:
-            continue  # a spelling ppokit does not read: the loader's sentence
-        for path, _, _ in parts:
-            if os.path.exists(path) or match_layout(path) or path.split("/")[0].split(":")[0] in PADDLE_HUB_DATASETS:
+        if not spec or (key == "ptx_datasets" and not args.ptx_coeff > 0) or os.path.exists(str(spec).strip()):
+            continue  # a value that is itself a path is read whole
+        items = [item.strip() for item in (spec if isinstance(spec, (list, tuple)) else str(spec).split(","))]
+        for i, item in enumerate(items):
+            try:
+                path = split_spec(item)[0][0] if item else None
+            except DataError:
+                continue  # a spelling ppokit does not read: the loader's sentence
+            if not path or os.path.exists(path) or match_layout(path) or \
+                    path.split("/")[0].split(":")[0] in PADDLE_HUB_DATASETS:
                 continue
-            uses.append(PathUse(key, path, READ_ANY, whole=str(spec).strip(), sep=",",
+            uses.append(PathUse(key, path, READ_ANY, whole=joined_path(items, i, ","), sep=",",
                                 sep_means="between dataset files"))
     for key in ("train_task_config", "eval_task_config", "ptx_task_config"):
         if getattr(args, key, None) and not (key == "ptx_task_config" and not args.ptx_coeff > 0):
@@ -71,12 +82,12 @@ def file_paths(args) -> list[PathUse]:
     """Reward-function and tool files (the part before ':'), the tool config, the chat and judge templates."""
     uses = []
     spec = args.reward_functions
-    if spec:
-        whole = str(spec).strip().rpartition(":")[0]
-        for item in (i.strip() for i in str(spec).split(",") if i.strip()):
-            if ":" in item:
-                uses.append(PathUse("reward_functions", item.rpartition(":")[0], READ_FILE, whole=whole, sep=",",
-                                    sep_means="between reward functions"))
+    items = [item.strip() for item in (spec if isinstance(spec, (list, tuple)) else str(spec or "").split(","))]
+    for i, item in enumerate(items):
+        whole = joined_path(items, i, ",", to_path=lambda text: text.rpartition(":")[0])
+        if ":" in item or whole:  # a piece without ':' is reported only as a cut path, else the loader says
+            uses.append(PathUse("reward_functions", item.rpartition(":")[0] or item, READ_FILE, whole=whole, sep=",",
+                                sep_means="between reward functions"))
     if args.multi_turn:
         for item in (i.strip() for i in str(args.tools or "").split(";") if i.strip()):
             if ":" in item:

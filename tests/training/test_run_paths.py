@@ -114,9 +114,20 @@ def test_a_reward_function_folder_with_a_comma_names_the_separator(tmp_path):
     with pytest.raises(PathError) as caught:
         check_run_paths(args)
     message = str(caught.value)
-    assert "reward_functions: 'v2/r.py' does not exist: the value was split at ',' (the separator between reward " \
-           "functions)" in message
-    assert f"{str(folder / 'r.py')!r}, the path with the ',' in it, exists" in message
+    assert message == (
+        f"reward_functions: {str(tmp_path / 'rewards')!r} does not exist: the value was split at ',' (the separator "
+        f"between reward functions), and {str(folder / 'r.py')!r}, the path with the ',' in it, exists; a path "
+        "holding ',' cannot be named in reward_functions: rename it, or link it under a name without it")
+
+
+def test_a_dataset_list_whose_first_folder_has_a_comma_names_the_separator(tmp_path):
+    folder = tmp_path / "data,v2"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text(PROMPTS)
+    args = args_for(tmp_path, train_datasets=f"{folder / 'train.jsonl'},{tmp_path / 'train.jsonl'}")
+    with pytest.raises(PathError, match=f"train_datasets: '{tmp_path / 'data'}' does not exist: the value was "
+                                        "split at ','"):
+        check_run_paths(args)
 
 
 def test_every_missing_read_path_is_named_with_its_key(tmp_path):
