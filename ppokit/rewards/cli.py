@@ -157,11 +157,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     ns = parser.parse_args(argv)
     try:
-        check_paths(server_paths(ns))  # a missing certificate is a sentence, not uvicorn's traceback
         check_bind(ns.host, ns.token, ns.insecure)
         if ns.workers < 1:
             raise ValueError("--workers must be at least 1")
         spec = _spec(ns)
+        check_paths(server_paths(ns))  # before loading: a missing certificate is a sentence, not uvicorn's traceback
         app = app_from_spec(spec)  # also checks the scorer loads before any worker starts
     except (ValueError, PpokitError) as exc:
         parser.error(str(exc))

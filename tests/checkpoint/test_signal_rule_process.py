@@ -3,7 +3,9 @@
 A first SIGTERM starts no new work (a SIGTERM during an evaluation does not train one more step); a second SIGTERM
 stops every mode within seconds with exit 143 and one sentence about the signal, never blaming the reward
 function; Ctrl-C twice stops the producer thread's run with 130. The waits are bounded generously: the hangs these
-tests guard against took minutes (297 s for the producer thread with a slow reward)."""
+tests guard against took minutes (297 s for the producer thread with a slow reward). The default suite runs the
+three cases of the issue (inline and thread-producer second SIGTERM, SIGTERM during evaluation); Ctrl-C twice, the
+checkpoint after an evaluation and a judge call are `slow`. A slow tool: tests/tools/test_tool_isolation.py."""
 
 from __future__ import annotations
 
@@ -101,6 +103,7 @@ def test_a_second_sigterm_during_a_slow_reward_stops_at_once_with_143(tiny_model
     assert_stopped_at_once(code, err, elapsed, tmp_path / "out")
 
 
+@pytest.mark.slow  # one more run_ppo.py process (make test-slow)
 def test_ctrl_c_twice_stops_the_producer_threads_run_with_130(tiny_model_dir, tmp_path):
     config = slow_config(tiny_model_dir, tmp_path, staleness_threshold=1, rollout_is="token", async_producer="thread")
     marker = tmp_path / "marker"
@@ -137,6 +140,7 @@ def test_a_sigterm_during_evaluation_checkpoints_without_training_another_step(t
     assert last_step(out) == 2, "a step was trained after the SIGTERM that arrived during the evaluation"
 
 
+@pytest.mark.slow  # one more run_ppo.py process (make test-slow)
 def test_a_sigterm_during_evaluation_stops_after_it_with_a_checkpoint(tiny_model_dir, tmp_path):
     config, out, marker = eval_config(tiny_model_dir, tmp_path), tmp_path / "out", tmp_path / "marker"
     # The first evaluation's scoring pauses 3 s (call 3: steps 1 and 2 score with calls 1 and 2), then finishes.
@@ -175,6 +179,7 @@ def slow_judge(tmp_path):
     server.shutdown()
 
 
+@pytest.mark.slow  # one more run_ppo.py process (make test-slow)
 def test_a_second_sigterm_during_a_judge_call_stops_at_once(tiny_model_dir, tmp_path, slow_judge):
     config = json.loads(Path(slow_config(tiny_model_dir, tmp_path)).read_text())
     config.pop("reward_functions")
