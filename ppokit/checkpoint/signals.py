@@ -76,7 +76,10 @@ class Preemption:
             signalled = all_reduce_sum(signalled)[0]
         if not signalled:
             return
-        path = save_checkpoint(session)
+        from ppokit.checkpoint.files import complete_checkpoints
+
+        done = Path(session.args.output_dir) / f"checkpoint-{session.global_step}"  # the periodic save just wrote it
+        path = done if done in complete_checkpoints(session.args.output_dir) else save_checkpoint(session)
         raise Preempted(f"stopped by SIGTERM after step {session.global_step}: wrote {path}; continue with "
                         "--resume_from_checkpoint auto")
 

@@ -74,6 +74,7 @@ def train_loop(session) -> list[dict]:
             progress.update(step, shown)
             if plan.due("log", step, args, new_epoch) and session.state.dist.rank == 0 and hasattr(progress, "write"):
                 progress.write("ppokit: " + format_summary(step, shown, total=total))  # the console, not the live view
+            session.between_steps()  # a SIGTERM during the save: no new step (the checkpoint just written is kept)
         if args.do_eval and session.state.eval_records and evaluated_at != session.global_step:
             final = session.evaluate()
             if session.history:
