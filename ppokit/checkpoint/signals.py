@@ -9,8 +9,8 @@ function, tool or judge call):
   in user code;
 - Ctrl-C (SIGINT) stops at once, the same way, with exit status 130.
 
-`Preemption` is the handler and the flag; `Trainer`/`train_loop` call `check` between steps, `abandon_in_flight`
-when a stop unwinds the loop. The command lines end with `stop_sentence` and `ppokit.errors.exit_at_once`.
+`Preemption` is the handler and the flag; the run loop calls `check` between steps (`Session.between_steps`) and
+`RolloutPipeline.abandon` when a stop unwinds it. The command lines end with `stop_sentence` and `ppokit.errors.exit_at_once`.
 """
 
 from __future__ import annotations
@@ -82,14 +82,6 @@ class Preemption:
         path = done if done in complete_checkpoints(session.args.output_dir) else save_checkpoint(session)
         raise Preempted(f"stopped by SIGTERM after step {session.global_step}: wrote {path}; continue with "
                         "--resume_from_checkpoint auto")
-
-
-def abandon_in_flight(session) -> None:
-    """A stop signal unwinds the run: the batch the producer thread is making is not waited for (its thread is a
-    daemon; nothing it finishes is used)."""
-    pipeline = getattr(session, "pipeline", None)
-    if pipeline is not None:
-        pipeline.abandon()
 
 
 def stop_sentence(exc: BaseException, output_dir) -> tuple[str, int]:

@@ -84,10 +84,8 @@ def train_loop(session) -> list[dict]:
         if session.state.dist.rank == 0 and hasattr(progress, "write"):
             progress.close()
             say(summary_for(session, time.perf_counter() - started))
-    except KeyboardInterrupt:  # Ctrl-C or a second SIGTERM: what is in flight is not waited for
-        from ppokit.checkpoint.signals import abandon_in_flight
-
-        abandon_in_flight(session)
+    except KeyboardInterrupt:  # Ctrl-C or a second SIGTERM (ppokit.checkpoint.signals): nothing in flight is waited for
+        session.pipeline.abandon()
         raise
     finally:
         progress.close()
