@@ -42,6 +42,7 @@ class PathUse:
     whole: str | None = None
     sep: str | None = None
     sep_means: str = ""  # e.g. "between dataset files"
+    missing: str = ""  # the sentence for a missing path, when its kind has a better one (a model: how to get it)
 
 
 def check_paths(uses: Iterable[PathUse]) -> None:
@@ -84,6 +85,8 @@ def path_problem(use: PathUse) -> str | None:
                     f"{use.sep_means or 'between its items'}), and {use.whole!r}, the path with the {use.sep!r} in "
                     f"it, exists; a path holding {use.sep!r} cannot be named in {use.key}: rename it, or link it "
                     "under a name without it")
+        if what == "does not exist" and use.missing:
+            return f"{use.key}: {use.missing}"
         if what == "does not exist" and not path.is_absolute():
             what += f" (relative paths are read from {os.getcwd()})"
     return f"{use.key}: {use.path} {what}" if what else None

@@ -116,7 +116,9 @@ def server_paths(ns: argparse.Namespace) -> list:
     for name in ("model", "judge"):
         value = getattr(ns, name, None)
         if value and not value.startswith(("http://", "https://")) and not _is_alias(value):
-            uses.append(PathUse(f"--{name}", value, READ_ANY))
+            from ppokit.models.loading import missing_model_message
+
+            uses.append(PathUse(f"--{name}", value, READ_ANY, missing=missing_model_message(value)))
     template = ns.judge_template or ""
     if ns.judge and "\n" not in template and template.endswith((".j2", ".jinja", ".txt", ".md")):
         uses.append(PathUse("--judge-template", template, READ_FILE))

@@ -106,7 +106,7 @@ def file_paths(args) -> list[PathUse]:
 def model_paths(args) -> list[PathUse]:
     """The models the run loads: each a local folder or .gguf file, unless an alias (ppokit never downloads)."""
     from ppokit.algos import algorithm
-    from ppokit.models.loading import ALIASES
+    from ppokit.models.loading import ALIASES, missing_model_message
 
     keys = ["actor_model_name_or_path"]
     if args.reward_model_name_or_path and not (args.use_rule_reward or args.use_rm_server):
@@ -114,9 +114,8 @@ def model_paths(args) -> list[PathUse]:
     if algorithm(args.rl_algorithm).needs_critic:  # the critic starts from the first of these that is set
         keys.append("critic_model_name_or_path" if args.critic_model_name_or_path else "reward_model_name_or_path")
     judge = str(args.judge_model or "")
-    uses = [PathUse("judge_model", judge, READ_ANY)] if judge and not judge.startswith(("http://", "https://")) else []
-    for key in dict.fromkeys(keys):
-        value = getattr(args, key, None)
-        if value and str(value).strip().lower() not in ALIASES:
-            uses.append(PathUse(key, str(value).strip(), READ_ANY))
-    return [use for use in uses if use.path.lower() not in ALIASES]
+    values = [(key, str(getattr(args, key) or "").strip()) for key in dict.fromkeys(keys)]
+    if judge and not judge.startswith(("http://", "https://")):
+        values.append(("judge_model", judge.strip()))
+    return [PathUse(key, value, READ_ANY, missing=missing_model_message(value)) for key, value in values
+            if value and value.lower() not in ALIASES]

