@@ -2,15 +2,17 @@
 function, tool or judge call):
 
 - the first SIGTERM starts no new work: the step (or evaluation) in progress finishes, then a checkpoint is
-  written and the run stops with `Preempted` (exit 143); the run loop checks after each step and each evaluation;
+  written and the run stops with `Preempted` (exit 143); the run loop checks after each step, each evaluation and
+  each periodic save (a checkpoint it just wrote at this step is the preemption's, not written twice);
 - a second SIGTERM stops at once: the handler raises `StoppedAtOnce` (a KeyboardInterrupt, so no code that guards
   a user's function catches it or blames the function) wherever the main thread is; the batch the producer thread
   is making is abandoned, not waited for, and the command line exits 143 without waiting for threads still busy
   in user code;
 - Ctrl-C (SIGINT) stops at once, the same way, with exit status 130.
 
-`Preemption` is the handler and the flag; the run loop calls `check` between steps (`Session.between_steps`) and
-`RolloutPipeline.abandon` when a stop unwinds it. The command lines end with `stop_sentence` and `ppokit.errors.exit_at_once`.
+`Preemption` is the handler and the flag; the run loop calls `check` (`Trainer.between_steps`) and
+`RolloutPipeline.abandon` when a stop unwinds it. The command lines end with `stop_sentence` and
+`ppokit.errors.exit_at_once`.
 """
 
 from __future__ import annotations
