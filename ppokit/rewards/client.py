@@ -124,8 +124,11 @@ class RewardServerClient:
         if len(starts) <= 1 or self.concurrency == 1:
             parts = [run(s) for s in starts]
         else:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(starts))) as pool:
+            pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(starts)))
+            try:
                 parts = list(pool.map(run, starts))
+            finally:  # a stop signal (Ctrl-C, a second SIGTERM) does not wait for the requests in flight
+                pool.shutdown(wait=False, cancel_futures=True)
         return [x for part in parts for x in part]
 
     def _exhausted(self, exc: RewardServerError) -> bool:

@@ -105,6 +105,7 @@ def train_loop(trainer: Trainer) -> list[dict]:
                 metrics.update(session.evaluate())
                 session.history[-1].update(metrics)
                 evaluated_at = step
+                trainer.between_steps()  # a SIGTERM during the evaluation stops here, before another step
             epoch = loader.epoch
             shown = dict(metrics)
             if plan.due("save", step, args, new_epoch) and step < total:
@@ -114,14 +115,19 @@ def train_loop(trainer: Trainer) -> list[dict]:
             progress.update(step, shown)
             if plan.due("log", step, args, new_epoch) and rank0 and hasattr(progress, "write"):
                 progress.write("ppokit: " + format_summary(step, shown, total=total))  # the console, not the live view
+            trainer.between_steps()  # a SIGTERM during the save: no new step (the checkpoint just written is kept)
         if args.do_eval and session.producer.eval_records and evaluated_at != session.global_step:
             final = session.evaluate()
             if session.history:
                 session.history[-1].update(final)
+            trainer.between_steps()
         session.save(final=True)
         if rank0 and hasattr(progress, "write"):
             progress.close()
             say(summary_for(session, time.perf_counter() - started))
+    except KeyboardInterrupt:  # Ctrl-C or a second SIGTERM (ppokit.checkpoint.signals): nothing in flight is waited for
+        session.pipeline.abandon()
+        raise
     finally:
         progress.close()
         session.close()

@@ -15,8 +15,11 @@ Also here: `DriftWatch`, the console's one warning when the rollout-vs-trainer l
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
 
 import torch
@@ -61,6 +64,7 @@ class RolloutPipeline:
         self.threaded = threaded and self.staleness > 0
         self._pool = None
         self._pending = None  # the batch being generated in the worker thread (a Future)
+        self._abandoned = None  # a batch left in the worker by a stop signal (`abandon`), never used
         self.partial_rollout, self.switch_token = partial_rollout, switch_token
         self.switch: WeightSwitch | None = None  # set by `threaded_engine` when the engine takes one
 
@@ -69,6 +73,9 @@ class RolloutPipeline:
         Threaded: up to `consumed + k - 1` here, batch `consumed + k` in the worker while this batch trains.
         `pull` (the weight hand-off's producer side) runs here, between batches, on this thread: never in the worker,
         which would otherwise race the learner's next publish."""
+        if self._abandoned is not None:  # a notebook steps on after Ctrl-C: never two generations at once
+            abandoned, self._abandoned = self._abandoned, None
+            abandoned.exception()
         self.wait()
         if pull is not None:
             pull()
@@ -77,10 +84,8 @@ class RolloutPipeline:
             self.queue.append(produce())
             self.produced += 1
         if self.threaded:
-            from concurrent.futures import ThreadPoolExecutor
-
             threads = torch.get_num_threads()
-            self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="ppokit-rollout")
+            self._pool = self._pool or DaemonWorker("ppokit-rollout")
             if self.switch is not None:
                 self.switch.begin()  # before the worker starts: an offer from now on meets a generation in flight
             self._pending = self._pool.submit(_in_thread, produce, threads, self.switch)
@@ -93,7 +98,11 @@ class RolloutPipeline:
             pending, self._pending = self._pending, None
             if self.switch is not None:
                 self.switch.release()  # a step without a weight sync: a loop waiting for weights goes on
-            batch = pending.result()
+            try:
+                batch = pending.result()
+            except KeyboardInterrupt:  # Ctrl-C / a second SIGTERM while waiting: the batch is abandoned
+                self._abandoned = pending
+                raise
             if self.switch is not None:  # rows that finished on the old weights after the new ones were offered
                 batch = replace(batch, stats={**batch.stats,
                                               "async/rows_finished_on_old": float(self.switch.rows_on_old)})
@@ -105,6 +114,14 @@ class RolloutPipeline:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+    def abandon(self) -> None:
+        """A stop signal (Ctrl-C, a second SIGTERM): the batch in the worker is not waited for and never used; its
+        daemon thread holds neither the caller nor the process's exit (`ppokit.checkpoint.signals`)."""
+        if self._pending is not None:
+            self._abandoned, self._pending = self._pending, None
+            if self.switch is not None:
+                self.switch.release()  # a decoding loop waiting for weights goes on to its end
 
     def lag_metrics(self, batch: RolloutBatch, version: int) -> dict[str, float]:
         """async/version_lag (mean over the rows), async/version_lag/max and async/queue_batches for a batch about
@@ -149,6 +166,32 @@ class RolloutPipeline:
                            len(state["queue"]))
         self.produced, self.consumed = int(state["produced"]), int(state["consumed"])
         self.queue = deque(state["queue"])
+
+
+class DaemonWorker:
+    """One daemon thread running the submitted calls in order: ThreadPoolExecutor(1) without its join at the
+    interpreter's exit, so a batch abandoned after a stop signal cannot hold the process."""
+
+    def __init__(self, name: str):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            future, fn, args = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # carried to the waiting thread (`RolloutPipeline.wait`)
+                    future.set_exception(exc)
+
+    def submit(self, fn: Callable, *args) -> Future:
+        future: Future = Future()
+        self.jobs.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        self.jobs.put(None)
 
 
 def newer_tokens(batch: RolloutBatch) -> dict[str, float]:

@@ -19,6 +19,7 @@ from ppokit.checkpoint import (
 from ppokit.checkpoint.claim import EarlierRunError
 from ppokit.checkpoint.run import check_output_dir
 from ppokit.models.folders import hf_state_dict
+from ppokit.paths import PathError
 from ppokit.session import Session
 
 
@@ -146,13 +147,13 @@ def test_resume_auto_without_a_checkpoint_starts_fresh_but_true_needs_one(tiny_m
     assert t.global_step == 0
 
 
-def test_unwritable_output_dir_stops_before_the_first_step(tiny_model_dir, tmp_path):
+def test_unwritable_output_dir_stops_before_the_models_load(tiny_model_dir, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    s = session(tiny_model_dir, tmp_path, output_dir=str(blocker / "out"))
-    with pytest.raises(CheckpointError, match="is not writable"):
-        s.train()
-    assert s.global_step == 0
+    with pytest.raises(PathError, match=f"output_dir: {blocker / 'out'} cannot be created: {blocker} is a file, not"):
+        session(tiny_model_dir, tmp_path, output_dir=str(blocker / "out"))  # ppokit.paths, before build_state loads
+    with pytest.raises(CheckpointError, match="is not writable"):  # train()'s own check stays (output_dir may change)
+        check_output_dir(blocker / "out", 0)
 
 
 def test_too_little_disk_is_found_before_training(tiny_model_dir, tmp_path):

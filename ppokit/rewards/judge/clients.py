@@ -192,8 +192,11 @@ class HttpJudge:
     def complete(self, conversations: Sequence[list[dict]]) -> list[JudgeReply]:
         if not conversations:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations)))
+        try:
             return list(pool.map(self._one, conversations))
+        finally:  # a stop signal (Ctrl-C, a second SIGTERM) does not wait for the requests in flight
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _one(self, messages: list[dict]) -> JudgeReply:
         import httpx
