@@ -76,3 +76,30 @@ def test_nothing_of_vocabulary_size_is_saved_for_backward_but_views_of_the_logit
     assert all(x.untyped_storage().data_ptr() == storage for x in vocab_sized)
     (lp.sum() + h.sum()).backward()
     assert logits.grad is not None and logits.grad.shape == logits.shape
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_one_pass_backward_gives_autograds_bits(dtype, temperature):
+    """The log-prob's own backward (one vocabulary pass) equals autograd's gather - logsumexp, values and
+    gradients, bit for bit; with the entropy beside it too."""
+    from ppokit.algos.logprobs import _chunk_logprobs, _chunk_logprobs_entropy
+
+    g = torch.Generator().manual_seed(0)
+    base = (torch.randn(2, 7, 301, generator=g) * 5).to(dtype)
+    labels = torch.randint(0, 301, (2, 7), generator=g)
+    weights = torch.randn(2, 7, generator=g)
+
+    def autograd_reference(logits):
+        x = logits.float() / temperature if temperature != 1.0 else logits.float()
+        return x.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(x, dim=-1)
+
+    results = []
+    for fn in (autograd_reference, lambda x: _chunk_logprobs(x, labels, temperature),
+               lambda x: _chunk_logprobs_entropy(x, labels, temperature)[0]):
+        x = base.clone().requires_grad_()
+        y = fn(x)
+        (y * weights).sum().backward()
+        results.append((y.detach(), x.grad))
+    for values, grad in results[1:]:
+        assert torch.equal(values, results[0][0]) and torch.equal(grad, results[0][1])

@@ -88,6 +88,31 @@ def test_two_micro_batches_equal_one_big_batch(dist, tiny, stage):
         torch.testing.assert_close(after[name], value, atol=1e-5, rtol=0, msg=name)
 
 
+def test_a_lone_rank_skips_the_allreduce_and_gets_the_same_bits(dist, tiny):
+    """ZeRO 0 on one rank: no flatten/all-reduce/copy-back round trip, and the weights after two optimizer steps
+    of two micro-batches each equal, bit for bit, those of the engine that does it."""
+    _, model0 = tiny
+    ids, mask = _batch()
+    tokens = mask[:, 1:].sum()
+    engines = [build_engine(copy.deepcopy(model0), _config(0)) for _ in range(2)]
+    assert [e.enable_backward_allreduce for e in engines] == [False, False]
+    assert build_engine(copy.deepcopy(model0), _config(2)).enable_backward_allreduce  # ZeRO 2 reduces its own way
+    bf16 = deepspeed_config(zero_stage=0, offload_optimizer=False, micro_batch_size=2, grad_accum=2, world_size=1,
+                            lr=1.0, device="cpu", compute_dtype=torch.bfloat16)  # the bench's: torch_autocast section
+    assert not build_engine(copy.deepcopy(model0), bf16).enable_backward_allreduce
+    engines[1].enable_backward_allreduce = True  # DeepSpeed's own path
+    calls = []
+    engines[1].allreduce_gradients = lambda *a, _own=engines[1].allreduce_gradients, **k: calls.append(1) or _own(*a, **k)
+    for engine in engines:
+        engine.train()
+        for _ in range(2):
+            micro_batch_backward(engine, _token_loss(engine, ids[:2], mask[:2], tokens), last=False)
+            micro_batch_backward(engine, _token_loss(engine, ids[2:], mask[2:], tokens), last=True)
+    assert len(calls) == 4  # the reference really took the all-reduce path, after every backward
+    skipped, reduced = _params(engines[0].module), _params(engines[1].module)
+    assert all(torch.equal(skipped[n], reduced[n]) for n in reduced)
+
+
 def test_micro_batch_count_need_not_match_the_config(dist, tiny):
     """Three micro-batches under a config that says two: the explicit boundary decides."""
     _, model0 = tiny
