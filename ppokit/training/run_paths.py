@@ -91,7 +91,11 @@ def file_paths(args) -> list[PathUse]:
     if args.multi_turn:
         for item in (i.strip() for i in str(args.tools or "").split(";") if i.strip()):
             if ":" in item:
-                uses.append(PathUse("tools", item.rpartition(":")[0], READ_FILE))
+                path = item.rpartition(":")[0]
+                # 'a.py:add,b.py:mul' (reward_functions' comma): the cut path is not the user's mistake, the comma is
+                comma = (f"{item!r} names more than one file; separate tool files with ';' (the comma separates "
+                         f"functions of one file)") if "," in path and ":" in path else ""
+                uses.append(PathUse("tools", path, READ_FILE, missing=comma))
         if args.tool_config_path:
             uses.append(PathUse("tool_config_path", str(args.tool_config_path), READ_FILE))
     chat = str(args.chat_template or "")
