@@ -73,8 +73,11 @@ class HFRolloutEngine:
         """Generate on a plain copy of the current weights from now on (an asynchronous producer generates while
         the trainer changes the live model); `update_weights` copies new weights into it."""
         if self._copy is None:
+            # In the live weights' dtype, generating under the same autocast(dtype): the copy computes what the live
+            # model would, so a threaded producer samples the inline producer's tokens. A copy in `dtype` itself
+            # (pure bf16 over float32 weights) rounds differently and the two schedules part at the first batch.
             with torch.random.fork_rng(devices=_rng_devices(self.model)):  # the copy's throwaway init draws none
-                self._copy = plain_copy(self.model, self.dtype or next(self.model.parameters()).dtype).eval()
+                self._copy = plain_copy(self.model, next(self.model.parameters()).dtype).eval()
 
     def update_weights(self, model) -> None:
         """Use `model`'s current weights (the unwrapped trained module) for the next rollouts."""

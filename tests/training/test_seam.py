@@ -36,17 +36,19 @@ def six_steps(session) -> tuple[list[dict], dict]:
     return metrics, out
 
 
-def test_a_producer_thread_slowed_on_either_side_ends_on_the_inline_schedules_weights(tmp_path, monkeypatch):
-    """Six steps, staleness 1: the inline producer, the thread with a slow producer and the thread with a slow
-    learner (each phase of that side sleeps at both of its boundaries): the same metrics and weights, bit for bit."""
-    inline = tiny_session(tmp_path / "i", staleness_threshold=1, rollout_is="token")
-    inline.producer.rollout_engine.use_own_copy()  # both generate on a plain copy of the weights (the thread must)
+@pytest.mark.parametrize("bf16", [False, True])
+def test_a_producer_thread_slowed_on_either_side_ends_on_the_inline_schedules_weights(tmp_path, monkeypatch, bf16):
+    """Six steps, staleness 1: the inline producer (generating on the live model, as users run it), the thread with
+    a slow producer and the thread with a slow learner (each phase of that side sleeps at both of its boundaries):
+    the same metrics and weights, bit for bit — in float32 and under bf16, where the thread's own copy of the
+    weights once was pure bf16 and parted from the inline run at the first batch."""
+    inline = tiny_session(tmp_path / "i", staleness_threshold=1, rollout_is="token", bf16=bf16)
     want, w_inline = six_steps(inline)
     for name in ("producer", "learner"):
         with monkeypatch.context() as patch:
             slowed(patch, name)
             got, w = six_steps(tiny_session(tmp_path / name, staleness_threshold=1, rollout_is="token",
-                                            async_producer="thread"))
+                                            async_producer="thread", bf16=bf16))
         assert [m["async/version_lag/max"] for m in got] == [0.0] + [1.0] * 5, name
         for g, m in zip(got, want):
             assert g == m, (name, {k: (g.get(k), m.get(k)) for k in set(g) | set(m) if g.get(k) != m.get(k)})
