@@ -171,15 +171,18 @@ def generate_and_judge(state, args, records: list[dict], samples: list | None = 
     equal one rank's (a collective: every rank calls it).
     """
     from ppokit.engine import world_size
+    from ppokit.tracking.progress import PhaseBar
     from ppokit.training.phases import generate, sampling_params
 
     per_call = max(1, args.per_device_eval_batch_size)
     n = max(1, args.eval_rollout_n)
     sampling = sampling_params(args, n=n, temperature=args.eval_temperature)
-    world = world_size()
+    world, rank = world_size(), getattr(getattr(state, "dist", None), "rank", 0)
     done = []  # (start, [(task, group)], samples)
-    for start, keep in eval_chunks(len(records), per_call, getattr(getattr(state, "dist", None), "rank", 0), world,
-                                   balanced=getattr(args, "tensor_parallel_degree", 1) > 1):
+    chunks = eval_chunks(len(records), per_call, rank, world, balanced=getattr(args, "tensor_parallel_degree", 1) > 1)
+    bar = PhaseBar(sum(min(per_call, len(records) - s) for s, _ in chunks), "evaluating", "prompt",
+                   disable=rank != 0 or bool(getattr(args, "disable_tqdm", False)))
+    for start, keep in chunks:
         chunk = records[start : start + per_call]
         # a per-call seed: the engine samples from its own stream, the training RNG is left alone
         batch = generate(state, chunk, replace(sampling, seed=args.seed + start), group_offset=start)
@@ -187,6 +190,8 @@ def generate_and_judge(state, args, records: list[dict], samples: list | None = 
         judged, reported = judge_batch(state, batch, start, chunk, rows)
         if keep:
             done.append((start, judged, rows, reported))
+        bar.update(len(chunk))
+    bar.close()
     if world > 1:
         import torch.distributed as dist
 
@@ -217,6 +222,11 @@ def evaluate(state, args, k: int | None = None, samples: list | None = None) -> 
     """
     started = time.perf_counter()
     records = eval_records(state, args)
+    if getattr(getattr(state, "dist", None), "rank", 0) == 0:
+        from ppokit.tracking.console import say
+
+        say(f"evaluating: {len(records)} prompts x {max(1, args.eval_rollout_n)} answers "
+            f"({'greedy' if args.eval_temperature == 0 else f'temperature {args.eval_temperature:g}'})")
     groups, reported = generate_and_judge(state, args, records, samples)
     metrics = summarize(groups, k or max(1, args.eval_rollout_n))
     metrics.update(eval_metric_names(reported))

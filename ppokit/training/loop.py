@@ -60,6 +60,7 @@ def train_loop(session) -> list[dict]:
             session.between_steps()  # a SIGTERM checkpoints and stops here
             step = session.global_step
             new_epoch = session.state.loader.epoch != epoch
+            between = time.perf_counter()
             if plan.due("eval", step, args, new_epoch):
                 metrics.update(session.evaluate())
                 session.history[-1].update(metrics)
@@ -70,18 +71,37 @@ def train_loop(session) -> list[dict]:
                 saving = time.perf_counter()
                 session.save()
                 shown["timing/save_s"] = time.perf_counter() - saving  # the console names it: a slow step explained
+            if hasattr(progress, "exclude"):  # the bar's s/step is the steps' own; evaluation and save are named
+                progress.exclude(time.perf_counter() - between)
             progress.update(step, shown)
             if plan.due("log", step, args, new_epoch) and session.state.dist.rank == 0 and hasattr(progress, "write"):
                 progress.write("ppokit: " + format_summary(step, shown, total=total))  # the console, not the live view
-        if args.do_eval and session.state.eval_records and evaluated_at != session.global_step:
-            final = session.evaluate()
-            if session.history:
-                session.history[-1].update(final)
-        session.save(final=True)
+        if hasattr(progress, "write"):
+            progress.close()  # the steps are done: the bar's s/step stays theirs, what follows says itself
+        after = finish(session, evaluated_at, say if session.state.dist.rank == 0 else lambda text: None)
         if session.state.dist.rank == 0 and hasattr(progress, "write"):
-            progress.close()
-            say(summary_for(session, time.perf_counter() - started))
+            say(summary_for(session, time.perf_counter() - started, after))
     finally:
         progress.close()
         session.close()
     return session.history
+
+
+def finish(session, evaluated_at, say) -> dict[str, float]:
+    """After the last step: the final evaluation (unless the last step evaluated) and the final model, each said
+    before it starts and timed; returns {"evaluation": s, "final save": s} for the summary."""
+    import time
+
+    args, after = session.args, {}
+    if args.do_eval and session.state.eval_records and evaluated_at != session.global_step:
+        started = time.perf_counter()
+        final = session.evaluate()
+        after["evaluation"] = time.perf_counter() - started
+        if session.history:
+            session.history[-1].update(final)
+    say(f"saving the final model to {args.output_dir} ...")
+    started = time.perf_counter()
+    session.save(final=True)
+    after["final save"] = time.perf_counter() - started
+    say(f"saved in {after['final save']:.1f} s")
+    return after

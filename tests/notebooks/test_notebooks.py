@@ -45,6 +45,18 @@ def execute(name: str, model: str | None, out: Path, kernel_path: str, monkeypat
     return nb
 
 
+def execute_twice(name: str, model: str | None, out: Path, kernel_path: str, monkeypatch, timeout: int = 900):
+    """Run notebooks/<name> twice into the same output folder, as Restart & Run All does: the second run goes
+    through and says that it replaced the notebook's own demo folder. Returns the second executed notebook."""
+    execute(name, model, out, kernel_path, monkeypatch, timeout)
+    nb = execute(name, model, out, kernel_path, monkeypatch, timeout)
+    said = "".join(o.text for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                   if o.output_type == "stream" and o.name == "stderr")
+    assert "ppokit: overwrite_output_dir: deleted" in said and "of an earlier run in" in said, said[-2000:]
+    assert "EarlierRunError" not in said
+    return nb
+
+
 def output(nb, source_start: str) -> str:
     """The printed text (and plain-text result) of the code cell whose source starts with `source_start`."""
     (cell,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(source_start)]
@@ -79,7 +91,7 @@ def test_notebooks_are_kept_without_outputs_and_say_what_they_show(path):
 
 
 def test_grpo_step_by_step(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
-    nb = execute("01_grpo_step_by_step.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
+    nb = execute_twice("01_grpo_step_by_step.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
     assert "reward functions: ['rule']" in output(nb, "s = Session.from_json(")
     rollout = output(nb, "def question(")
     assert rollout.startswith("8 answers = 2 prompts x 4") and rollout.count("Q: What is") == 2
@@ -128,7 +140,7 @@ def assert_static_html_export(nb) -> None:
 
 
 def test_reward_server(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
-    nb = execute("03_reward_server.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
+    nb = execute_twice("03_reward_server.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
     assert output(nb, "TOKEN = secrets").startswith("reward server: http://127.0.0.1:")
     assert "200 {'error_code': 0, 'error_msg': 'Success', 'score': [1.0, 0.0, 1.0]}" in output(nb, "AUTH =")
     native = output(nb, "native = httpx.post").splitlines()
@@ -161,7 +173,7 @@ def test_grpo_step_by_step_with_the_bundled_model(tmp_path, kernel_path, monkeyp
 
 
 def test_tool_use_notebook_shows_turns_and_masks(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
-    nb = execute("04_tool_use.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
+    nb = execute_twice("04_tool_use.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
     built = output(nb, "s = Session.from_json(")
     assert "tools: ['multiply'] | format: hermes | max turns: 2" in built and "tools=['multiply']" in built
     rollout = output(nb, "batch = s.rollout()")

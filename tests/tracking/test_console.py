@@ -132,8 +132,14 @@ def test_cli_console_from_start_to_end(tiny_config):
     steps = [line for line in lines if "ppokit: step" in line]
     assert len(steps) == 2 and all(STEP_LINE.match(line) for line in steps), steps  # never glued to the bar
     assert "+ save " in steps[0] and "+ save " not in steps[1], steps  # a checkpoint after step 1 is named with it
+    # after the last step nothing is silent: the final save says what it does before it starts, and how long after
+    after = lines[lines.index(steps[-1]) + 1:]
+    assert after[0] == f"ppokit: saving the final model to {tiny_config.parent / 'out'} ..." or \
+        after[0].startswith("ppokit: saving the final model to "), after[:3]
+    assert any(re.fullmatch(r"ppokit: saved in \d+\.\d s", line) for line in after[1:3]), after[:3]
     summary = err[err.index("ppokit: done: 2 steps in"):].splitlines()
-    assert re.fullmatch(r"ppokit: done: 2 steps in \d+ s, \d+\.\d s per training step \(median\)", summary[0])
+    assert re.fullmatch(r"ppokit: done: 2 steps in \d+ s, \d+\.\d s per training step \(median\); outside the "
+                        r"steps: final save \d+\.\d s", summary[0]), summary[0]
     rows = [json.loads(line) for line in (tiny_config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
     assert summary[1] == f"ppokit: reward {rewards[0]:.3g} at step 1 → {rewards[1]:.3g} at step 2"  # the file's
@@ -179,3 +185,19 @@ def test_next_commands_name_the_venv_that_is_not_on_the_path(tmp_path, monkeypat
     monkeypatch.chdir("/")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert console.command_path("visualdl") == str(bin_dir / "visualdl")
+
+
+def test_the_bar_leaves_evaluation_and_save_out_of_its_rate(monkeypatch):
+    """The bar's s/step and ETA are the steps' own: seconds spent evaluating or saving between steps are excluded
+    (its elapsed time is what a person reads beside the rate)."""
+    import ppokit.tracking.progress as progress
+
+    monkeypatch.setattr(progress, "redraws", lambda out: True)
+    bar = progress.ConsoleProgress(total=4)
+    assert bar._bar is not None
+    bar._bar.start_t -= 100.0  # as if 100 s of evaluation had passed since the bar started
+    bar._bar.last_print_t -= 100.0
+    bar.exclude(100.0)
+    bar.update(1, {"reward/mean": 0.5})
+    assert bar._bar.format_dict["elapsed"] < 50 and "100" not in str(bar._bar)
+    bar.close()
