@@ -56,9 +56,9 @@ class Session:
             register(self, "rollout_queue", self.pipeline)
         self._drift = DriftWatch()
         if args.staleness_threshold > 0 and args.rollout_is == "off":
-            logger.warning("staleness_threshold=%d trains on batches up to %d policy versions old without importance "
-                           "correction; set rollout_is: token (or sequence) to correct them",
-                           args.staleness_threshold, args.staleness_threshold)
+            logger.warning("staleness_threshold=%d trains on batches up to %d policy version%s old without importance "
+                           "correction; set rollout_is: token (or sequence) to correct them", args.staleness_threshold,
+                           args.staleness_threshold, "" if args.staleness_threshold == 1 else "s")
 
     def _start_producer_thread(self) -> None:
         """async_producer: thread — the rollout engine generates on its own weights and its sync waits for the
@@ -163,7 +163,9 @@ class Session:
             self._drift.see(self.global_step, metrics)  # the console's one warning of a rising log-prob mismatch
         if self.plan.due("samples", self.global_step, self.args):
             self.tracker.log_samples(self.global_step, sample_rows(batch, limit=4))
-        return metrics
+        from ppokit.tracking.step_metrics import StepMetrics
+
+        return StepMetrics(metrics, self.global_step)  # a dict; at a prompt it reads as the step line, rounded
 
     def step(self) -> dict[str, float]:
         """produce() then consume(batch): rollout → score → dynamic sampling | log-probs → advantages → update →

@@ -106,8 +106,11 @@ class _BarSafeHandler(logging.StreamHandler):
             from tqdm import tqdm
         except ImportError:
             return super().emit(record)
+        from ppokit.liveline import beside_live_line
+
         try:
-            tqdm.write(self.format(record), file=self.stream)
+            with beside_live_line():  # never glued to a stage's "reading the prompts…"
+                tqdm.write(self.format(record), file=self.stream)
         except Exception:
             self.handleError(record)
 

@@ -35,7 +35,8 @@ def _g(value: float) -> str:
     return f"{value:.3g}"
 
 
-AFTER_STEP = ("timing/eval_s", "timing/save_s")  # work between steps: named on its own, not in s/step
+# work between steps: named on its own, not in s/step nor among the per-step phase means
+AFTER_STEP = ("timing/eval_s", "timing/save_s", "timing/final_save_s", "timing/eval_judge_s")
 
 
 def step_seconds(metrics: dict[str, Any]) -> float | None:

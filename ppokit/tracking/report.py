@@ -28,6 +28,7 @@ from pathlib import Path
 from ppokit.errors import PpokitError
 from ppokit.tracking.console import duration
 from ppokit.tracking.jsonl import read_jsonl
+from ppokit.tracking.progress import AFTER_STEP
 from ppokit.tracking.report_args import args_section, headline
 from ppokit.tracking.report_facts import left_out_section, outcome_lines, wall_time_gaps
 from ppokit.tracking.svg import Series, bar_chart, fmt_number, line_chart, std_band
@@ -247,7 +248,7 @@ def signals_section(rows: list[dict], names: list[str], dropped: dict | None = N
 
 def timing_section(rows: list[dict], names: list[str]) -> str:
     """Seconds per phase against step, and the mean seconds per phase as bars."""
-    keys = [n for n in names if n.startswith("timing/")]
+    keys = [n for n in names if n.startswith("timing/") and n not in AFTER_STEP]
     if not keys:
         return "<h2>Time per phase</h2>" + _missing("timing/*")
     means = []
@@ -256,8 +257,15 @@ def timing_section(rows: list[dict], names: list[str]) -> str:
         if values:
             means.append((key.removeprefix("timing/"), sum(values) / len(values)))
     svgs = [line_chart(_series(rows, keys[:8]), "Time per phase", "step", "seconds")]
-    svgs.append(bar_chart(means, "Mean time per phase", " s"))
-    return "<h2>Time per phase</h2>" + _charts(svgs)
+    svgs.append(bar_chart(means, "Mean time per step and phase", " s"))
+    outside = []  # one-off work between the steps: not a per-step mean
+    for key, what in (("timing/eval_s", "evaluation"), ("timing/final_save_s", "final save")):
+        values = [v for v in _column(rows, key) if v is not None]
+        if values:
+            outside.append(f"{what}{'s' if len(values) > 1 else ''} {fmt_number(sum(values))} s"
+                           + (f" ({len(values)} × {fmt_number(sum(values) / len(values))} s)" if len(values) > 1 else ""))
+    facts = f'<p class="facts">outside the steps: {escape("; ".join(outside))}</p>' if outside else ""
+    return "<h2>Time per phase</h2>" + facts + _charts(svgs)
 
 
 def eval_section(rows: list[dict], names: list[str]) -> str:

@@ -164,7 +164,7 @@ def _legend(x: float, y: float) -> list[str]:
 
 
 COMPUTE_NOISE = 0.3  # step-to-step spread of one phase on a shared 2-core machine: differences above it are said
-PHASES = (("rollout compute", ("timing/rollout_s",)),
+CHECKED_PHASES = (("rollout compute", ("timing/rollout_s",)),
           ("log-probs + update", ("timing/ref_s", "timing/old_logprob_s", "timing/update_s")),
           ("reward wait", ("timing/reward_s",)))
 
@@ -182,7 +182,7 @@ def compute_check(sync: list[dict], asynchronous: list[dict], noise: float = COM
     phases shared the cores). A comparison of wall times is only as fair as this table."""
     lines = [f"{'per step (median)':<24}{'synchronous':>12}{'asynchronous':>14}"]
     differ = []
-    for label, keys in PHASES:
+    for label, keys in CHECKED_PHASES:
         a, b = (_median([sum(float(m.get(k, 0.0)) for k in keys) for m in side]) for side in (sync, asynchronous))
         lines.append(f"{label + ' (s)':<24}{a:>12.2f}{b:>14.2f}")
         if label != "reward wait" and min(a, b) > 0 and max(a, b) / min(a, b) > 1 + noise:

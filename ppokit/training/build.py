@@ -262,9 +262,11 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     """Everything a Session needs, built in dependency order: the data before the run plan, the run plan
     before the optimizers (their schedules), the rollout engine before the optimizers and the reference (vLLM
     sizes its memory from what is free when it starts)."""
+    from ppokit.args.cli import _ensure_log_handler
     from ppokit.engine import init_distributed
     from ppokit.rewards import build_reward_functions
 
+    _ensure_log_handler()  # a Session outside run_ppo.py (a notebook, a script) says its notes as "ppokit: ..." too
     check_hub_datasets(args)  # before minutes of model loading
     threads = ThreadPolicy()  # counts other processes' CPU use from here on
     # log_level: debug shows DeepSpeed's config and start-up output; passive (the default) means info

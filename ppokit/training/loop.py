@@ -78,30 +78,32 @@ def train_loop(session) -> list[dict]:
                 progress.write("ppokit: " + format_summary(step, shown, total=total))  # the console, not the live view
         if hasattr(progress, "write"):
             progress.close()  # the steps are done: the bar's s/step stays theirs, what follows says itself
-        after = finish(session, evaluated_at, say if session.state.dist.rank == 0 else lambda text: None)
+        finish(session, evaluated_at, say if session.state.dist.rank == 0 else lambda text: None)
         if session.state.dist.rank == 0 and hasattr(progress, "write"):
-            say(summary_for(session, time.perf_counter() - started, after))
+            say(summary_for(session, time.perf_counter() - started))
     finally:
         progress.close()
         session.close()
     return session.history
 
 
-def finish(session, evaluated_at, say) -> dict[str, float]:
-    """After the last step: the final evaluation (unless the last step evaluated) and the final model, each said
-    before it starts and timed; returns {"evaluation": s, "final save": s} for the summary."""
+def finish(session, evaluated_at, say) -> None:
+    """After the last step: the final evaluation (unless the last step evaluated; it says itself) and the final
+    model, said before it starts; its seconds are logged as timing/final_save_s (metrics.jsonl, the summary, the
+    report), apart from the steps' own times."""
     import time
 
-    args, after = session.args, {}
+    args = session.args
     if args.do_eval and session.state.eval_records and evaluated_at != session.global_step:
-        started = time.perf_counter()
         final = session.evaluate()
-        after["evaluation"] = time.perf_counter() - started
         if session.history:
             session.history[-1].update(final)
     say(f"saving the final model to {args.output_dir} ...")
     started = time.perf_counter()
     session.save(final=True)
-    after["final save"] = time.perf_counter() - started
-    say(f"saved in {after['final save']:.1f} s")
-    return after
+    saved = {"timing/final_save_s": time.perf_counter() - started}
+    say(f"saved in {saved['timing/final_save_s']:.1f} s")
+    if session.global_step > 0:
+        session.tracker.log(session.global_step, saved)
+        if session.history:
+            session.history[-1].update(saved)

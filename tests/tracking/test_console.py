@@ -201,3 +201,65 @@ def test_the_bar_leaves_evaluation_and_save_out_of_its_rate(monkeypatch):
     bar.update(1, {"reward/mean": 0.5})
     assert bar._bar.format_dict["elapsed"] < 50 and "100" not in str(bar._bar)
     bar.close()
+
+
+def terminal(written: str) -> list[str]:
+    """The lines a terminal shows for `written`: a carriage return goes back to the line's start, ESC[K wipes it."""
+    lines = []
+    for raw in written.split("\n"):
+        shown = ""
+        for part in raw.split("\r"):
+            part = part.replace("\033[K", "")
+            shown = part + shown[len(part):]
+        lines.append(shown)
+    return [line for line in lines if line]
+
+
+def test_a_note_during_a_stage_gets_its_own_line_and_the_stage_shows_once(monkeypatch):
+    """'reading the prompts…ppokit: arithmetic: only 125 distinct prompts' glued, then the stage again: no more."""
+    import io
+
+    out = io.StringIO()
+    monkeypatch.setattr(console, "stream", lambda: out)
+    monkeypatch.setattr(console, "redraws", lambda stream: True)
+    monkeypatch.setattr(console, "_in_notebook", lambda: False)
+    with console.stage("reading the prompts"):
+        console.say("arithmetic: only 125 distinct prompts")
+    shown = terminal(out.getvalue())
+    assert shown[0] == "ppokit: arithmetic: only 125 distinct prompts"
+    assert re.fullmatch(r"ppokit: reading the prompts… \d+\.\d s", shown[1]) and len(shown) == 2, shown
+
+
+def test_a_log_line_during_a_stage_gets_its_own_line(monkeypatch):
+    import io
+
+    from ppokit.args.cli import _BarSafeHandler
+
+    out = io.StringIO()
+    monkeypatch.setattr(console, "stream", lambda: out)
+    monkeypatch.setattr(console, "redraws", lambda stream: True)
+    monkeypatch.setattr(console, "_in_notebook", lambda: False)
+    handler = _BarSafeHandler(out)
+    handler.setFormatter(logging.Formatter("ppokit: %(message)s"))
+    log = logging.getLogger("ppokit.test-live-line")
+    log.addHandler(handler)
+    try:
+        with console.stage("reading the prompts"):
+            log.warning("arithmetic: only 125 distinct prompts")
+    finally:
+        log.removeHandler(handler)
+    shown = terminal(out.getvalue())
+    assert shown[0] == "ppokit: arithmetic: only 125 distinct prompts" and len(shown) == 2, shown
+
+
+def test_what_step_returns_reads_as_the_step_line_with_rounded_values():
+    from ppokit.tracking.step_metrics import StepMetrics
+
+    metrics = StepMetrics({"reward/mean": 0.625, "reward/std": 0.3125, "actor/lr": 3e-05,
+                           "actor/pg_loss": -0.012345678, "timing/step_s": 4.2}, step=3)
+    shown = repr(metrics).splitlines()
+    assert shown[0] == "step 3 | reward 0.625±0.312 | 4.2s/step"
+    assert shown[1] == "{'reward/mean': 0.625, 'reward/std': 0.3125, 'actor/lr': 3e-05, 'actor/pg_loss': -0.01235, " \
+                       "'timing/step_s': 4.2}"
+    assert metrics == {"reward/mean": 0.625, "reward/std": 0.3125, "actor/lr": 3e-05, "actor/pg_loss": -0.012345678,
+                       "timing/step_s": 4.2}  # the values themselves are not rounded
