@@ -78,19 +78,19 @@ def train_loop(session) -> list[dict]:
                 progress.write("ppokit: " + format_summary(step, shown, total=total))  # the console, not the live view
         if hasattr(progress, "write"):
             progress.close()  # the steps are done: the bar's s/step stays theirs, what follows says itself
-        finish(session, evaluated_at, say if session.state.dist.rank == 0 else lambda text: None)
+        after = finish(session, evaluated_at, say if session.state.dist.rank == 0 else lambda text: None)
         if session.state.dist.rank == 0 and hasattr(progress, "write"):
-            say(summary_for(session, time.perf_counter() - started))
+            say(summary_for(session, time.perf_counter() - started, after))
     finally:
         progress.close()
         session.close()
     return session.history
 
 
-def finish(session, evaluated_at, say) -> None:
+def finish(session, evaluated_at, say) -> dict[str, float]:
     """After the last step: the final evaluation (unless the last step evaluated; it says itself) and the final
-    model, said before it starts; its seconds are logged as timing/final_save_s (metrics.jsonl, the summary, the
-    report), apart from the steps' own times."""
+    model, said before it starts; its seconds go to tracking_state.json (the report) and are returned for the
+    summary, apart from the steps' own times (metrics.jsonl keeps one row per step)."""
     import time
 
     args = session.args
@@ -101,9 +101,7 @@ def finish(session, evaluated_at, say) -> None:
     say(f"saving the final model to {args.output_dir} ...")
     started = time.perf_counter()
     session.save(final=True)
-    saved = {"timing/final_save_s": time.perf_counter() - started}
-    say(f"saved in {saved['timing/final_save_s']:.1f} s")
-    if session.global_step > 0:
-        session.tracker.log(session.global_step, saved)
-        if session.history:
-            session.history[-1].update(saved)
+    seconds = time.perf_counter() - started
+    say(f"saved in {seconds:.1f} s")
+    session.tracker.remember(final_save_s=round(seconds, 3))
+    return {"final save": seconds}

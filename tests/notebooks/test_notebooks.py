@@ -167,7 +167,9 @@ def test_reward_server(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
     second = re.findall(r"<td[^>]*>(.*?)</td>", cells[2], re.S)
     assert second == ["What is 5 + 2?", "7", "The answer is 8.", "0", "0.11",  # (2 - 1) / 9
                       "The answer&#x27;s last number, 8, is not the reference answer 7.\nScore: 2"]
-    assert "judge and rule agree on 5 of 5 answers" in output(nb, "cases = [")
+    assert "the stand-in judge (a script, not a model) and the rule agree on 5 of 5 answers: by construction" in \
+        output(nb, "cases = [")  # said plainly where the agreement is read, not only in the text above
+    assert "<b>stand-in judge</b>" in table
     assert output(nb, "failed = httpx.post").startswith("500 ") and "did not parse" in output(nb, "failed = httpx")
     assert output(nb, "for srv, th in").strip() == "servers stopped: True"
 
