@@ -197,6 +197,9 @@ def test_tool_use_notebook_shows_turns_and_masks(tiny_model_dir, tmp_path, kerne
     assert "response_mask  loss_mask" in output(nb, "def masks_side_by_side(") or "one model turn" in \
         output(nb, "def masks_side_by_side(")
     assert "advantage on tool tokens: 0.0" in output(nb, "s.score(batch)")
+    lr = re.search(r"'actor/lr': ([^,}]+)", output(nb, "s.score(batch)")).group(1)
+    assert float(lr) > 0 and lr != "0.0"  # 4 significant digits, not 4 decimal places (3e-05 read as 0.0)
+    assert "7 of the 16 rows" not in nb.cells[0].source  # the count depends on the CPU: the rollout cell says it
     assert_show_is_static(nb)
 
 
@@ -227,5 +230,8 @@ def test_tool_use_notebook_on_the_bundled_model_shows_a_real_call(tmp_path, kern
     masks = output(nb, "def masks_side_by_side(")
     assert re.search(r"\s1\s+0\s+tool$", masks, re.M) and re.search(r"\s1\s+1\s+model$", masks, re.M)
     assert re.search(r"^the tool's result: \d+$", masks, re.M)  # the product, as the tool returned it
+    shown = [int(m.group(1)) for m in re.finditer(r"^\s*(\d+)  ", masks, re.M)]
+    gaps = [b - a - 1 for a, b in zip(shown, shown[1:]) if b != a + 1]
+    assert masks.count("tokens not shown)") == len(gaps)  # a jump in the token column is marked
     assert re.search(rf"^row {row}: reward [01]\.0, reference answer \d+", output(nb, "s.score(batch)"), re.M)
     assert_show_is_static(nb)

@@ -263,3 +263,14 @@ def test_what_step_returns_reads_as_the_step_line_with_rounded_values():
                        "'timing/step_s': 4.2}"
     assert metrics == {"reward/mean": 0.625, "reward/std": 0.3125, "actor/lr": 3e-05, "actor/pg_loss": -0.012345678,
                        "timing/step_s": 4.2}  # the values themselves are not rounded
+
+
+def test_a_session_outside_run_ppo_says_its_warnings_as_ppokit_lines(tiny_config):
+    """A script or a notebook builds a Session without run_ppo.py's log set-up: its notes still read "ppokit: ...",
+    and the staleness warning counts in the singular."""
+    code = ("from ppokit import Session\n"
+            f"Session.from_json({str(tiny_config)!r}, output_dir='out3', staleness_threshold=1, rollout_is='off')\n")
+    done = run([sys.executable, "-c", code], tiny_config.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ppokit: staleness_threshold=1 trains on batches up to 1 policy version old without importance " \
+           "correction" in done.stderr
