@@ -16,7 +16,7 @@ def test_async_timeline_notebook(tiny_model_dir, tmp_path, kernel_path, monkeypa
     lines = output(nb, 's = session("async"').splitlines()
     assert "rollouts: staleness_threshold=1, queue 0 batches (policy versions -), 0 produced, 0 consumed" in lines[0]
     turns = output(nb, "for _ in range(STEPS):").splitlines()  # the two sides' steps in turn, as a person reads them
-    assert [line.split(":")[0] for line in turns if "step" in line.split(":")[0]] == \
+    assert [line.split(":")[0] for line in turns if line.startswith(("sync  step", "async step"))] == \
         ["sync  step 1", "async step 1", "sync  step 2", "async step 2", "sync  step 3", "async step 3"]
     sync = [line for line in turns if line.startswith("sync  step")]
     assert [re.search(r"made by version (\d+)", line).group(1) for line in sync] == ["0", "1", "2"]
