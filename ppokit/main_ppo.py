@@ -2,7 +2,7 @@
 key=value ... [--print_config]``.
 
 verl's documented defaults (or the nested YAML), then the Hydra overrides, go through the one table in
-``ppokit.args.verl_table`` onto ppokit's arguments; ``Session.train()`` then runs exactly as under
+``ppokit.dialects.verl.table`` onto ppokit's arguments; ``Session.train()`` then runs exactly as under
 run_ppo.py. ``trainer.n_gpus_per_node x trainer.nnodes`` is the launch plan: started outside a launcher
 with more than one process planned, this module starts itself once per GPU through torchrun.
 """
@@ -20,9 +20,15 @@ from ppokit.args import ConfigError
 from ppokit.args.arguments import Arguments
 from ppokit.args.cli import _ensure_log_handler, resolved_config
 from ppokit.args.loader import _log_notes, load_arguments
-from ppokit.args.verl import VerlTranslation, read_verl_yaml, split_argv, translate_verl, verl_defaults
-from ppokit.args.verl_fit import GPUS_KEY, fit_gpus, in_verl_terms
-from ppokit.args.verl_table import TABLE
+from ppokit.dialects.verl.fit import GPUS_KEY, fit_gpus, in_verl_terms
+from ppokit.dialects.verl.overrides import (
+    VerlTranslation,
+    read_verl_yaml,
+    split_argv,
+    translate_verl,
+    verl_defaults,
+)
+from ppokit.dialects.verl.table import TABLE
 
 USAGE = """usage: python -m ppokit.main_ppo [--config-path DIR --config-name NAME] key=value ... [--print_config]
 

@@ -1,7 +1,7 @@
 """Snapshot verl's composed trainer configs and its example launch lines into tests/fixtures/verl/.
 
     python scripts/snapshot_verl_configs.py [--repo GIT_DIR] [--out tests/fixtures/verl] [--versions v0.5.0 ...]
-    python scripts/snapshot_verl_configs.py --eras    # also rewrite ppokit/args/verl_eras.py from the fixtures
+    python scripts/snapshot_verl_configs.py --eras    # also rewrite ppokit/dialects/verl/eras.py from the fixtures
 
 For each release: ``ppo_trainer.yaml`` and ``ppo_megatron_trainer.yaml`` (verl's composed tree, comments
 dropped: ``_generated_*.yaml`` from v0.5 on, the single file before) and ``launch_lines.json`` (the
@@ -138,8 +138,8 @@ def _assignments(lines: list[str], env: dict[str, str]) -> dict[str, str]:
 
 def _config_tokens(repo: str, version: str, script: str, name: str, path: str | None) -> tuple[list[str], str]:
     """An example's own ``--config-name`` YAML as override tokens (built-in verl configs: none)."""
-    from ppokit.args.dialects import hydra_literal
-    from ppokit.args.hydra import flatten
+    from ppokit.dialects.verl.hydra import flatten
+    from ppokit.dialects.verl.rewrite import hydra_literal
 
     stem = name[:-5] if name.endswith(".yaml") else name
     if stem in BUILTIN:
@@ -276,8 +276,8 @@ def write_version(repo: str, out: str, version: str, previous: list[dict]) -> li
 
 def fixture_leaves(out: str) -> dict[str, list[str]]:
     """{leaf: [versions holding it]} over both trainer configs of every snapshot (free-form mappings whole)."""
-    from ppokit.args.hydra import flatten
-    from ppokit.args.verl_table import FREE_FORM
+    from ppokit.dialects.verl.hydra import flatten
+    from ppokit.dialects.verl.table import FREE_FORM
 
     leaves: dict[str, list[str]] = {}
     for version in map(dir_name, VERSIONS):
@@ -291,7 +291,7 @@ def fixture_leaves(out: str) -> dict[str, list[str]]:
 
 
 def eras_module(out: str) -> str:
-    """The text of ppokit/args/verl_eras.py: each leaf with the snapshots holding it (a bit mask)."""
+    """The text of ppokit/dialects/verl/eras.py: each leaf with the snapshots holding it (a bit mask)."""
     names = [dir_name(v) for v in VERSIONS]
     by_parent: dict[str, list[str]] = {}
     for key, versions in sorted(fixture_leaves(out).items()):
@@ -340,13 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", default=REPO)
     parser.add_argument("--out", default="tests/fixtures/verl")
     sys.path.insert(0, os.getcwd())
-    parser.add_argument("--eras-only", action="store_true", help="only rewrite ppokit/args/verl_eras.py")
+    parser.add_argument("--eras-only", action="store_true", help="only rewrite ppokit/dialects/verl/eras.py")
     opts = parser.parse_args(argv)
     previous: list[dict] = []
     for version in () if opts.eras_only else VERSIONS:
         previous = write_version(opts.repo, opts.out, version, previous)
     text = eras_module(opts.out)  # before opening: the table imports the module being rewritten
-    with open("ppokit/args/verl_eras.py", "w", encoding="utf-8") as f:
+    with open("ppokit/dialects/verl/eras.py", "w", encoding="utf-8") as f:
         f.write(text)
     return 0
 

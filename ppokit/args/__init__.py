@@ -1,7 +1,8 @@
 """ppokit's arguments: PaddleNLP's schema as pydantic models, JSON/YAML + command-line loading, the
 post-init rules and the batch arithmetic. Imports nothing heavy (no torch).
 
-May import: pydantic and the algorithm table `ppokit.algorithms`; no other ppokit room, nothing heavy.
+May import: pydantic and the algorithm table `ppokit.algorithms`; no other ppokit room, nothing heavy. The
+verl/Hydra dialect sits above args (`ppokit.dialects.verl`); args reaches it by name through `dialect.py` alone.
 """
 
 from .arguments import Arguments, DataArguments, ModelArguments, PpokitArguments, TrainingArguments

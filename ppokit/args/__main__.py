@@ -52,18 +52,18 @@ def main(argv: list[str]) -> int:
         print(key_list(), end="")
         return 0
     if command == "translate" and len(rest) == 3 and rest[1] == "--to":
-        from .dialects import translate
+        from .dialect import verl
 
         try:
-            print(translate(rest[0], rest[2]))
+            print(verl().translate(rest[0], rest[2]))
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         return 0
     if command == "verl-table" and not rest:
-        from .verl import markdown_table
+        from .dialect import verl
 
-        print(markdown_table(), end="")
+        print(verl().markdown_table(), end="")
         return 0
     if command == "print" and rest:
         parse_cli([*rest, "--print_config"])

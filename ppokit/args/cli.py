@@ -152,9 +152,9 @@ def parse_cli(argv: list[str]) -> Arguments:
 
 def _load(argv: list[str]) -> Arguments:
     """The file (optional when key=value tokens are given), then --key value, then key=value tokens."""
-    from .verl import split_argv, translate_verl
+    from .dialect import verl
 
-    dashed, tokens = split_argv(argv)
+    dashed, tokens = verl().split_argv(argv)
     path = None
     if dashed and not dashed[0].startswith("--"):
         path, dashed = dashed[0], dashed[1:]
@@ -162,7 +162,7 @@ def _load(argv: list[str]) -> Arguments:
         raise ConfigError("no argument file given.\n" + USAGE)
     if not tokens:
         return load_arguments(path, argv=dashed)
-    translation = translate_verl(tokens, world=env_world_size())
+    translation = verl().translate_verl(tokens, world=env_world_size())
     if translation.drop and path is None:
         raise ConfigError(f"command line: ~{translation.drop[0]} removes a key from the argument file, but no file is given.")
     args = load_arguments(path, argv=dashed, overrides={**translation.values, **translation.plain},
@@ -178,9 +178,9 @@ def explain(key: str) -> str:
     A dotted verl key says which ppokit key it sets (then that key is explained)."""
     lines = []
     if "." in key:
-        from .verl import describe_verl_key
+        from .dialect import verl
 
-        line, key = describe_verl_key(key)
+        line, key = verl().describe_verl_key(key)
         if key is None:
             return line
         lines.append(line)

@@ -1,5 +1,7 @@
-"""The LLM judge's keys (a reward source, see ppokit/rewards/judge.py and docs/rewards.md). verl configures its
-generative reward model through its reward loop's own config tree, which has no flat keys to accept here."""
+"""The LLM judge's keys (a reward source, see ppokit/rewards/judge/ and docs/rewards.md), declared once: a
+config reads them here and reward_server.py's --judge-* options are generated from them
+(ppokit/rewards/judge/options.py). verl configures its generative reward model through its reward loop's own
+config tree, which has no flat keys to accept here."""
 
 from __future__ import annotations
 

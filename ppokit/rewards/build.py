@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ppokit.args.judge import JudgeArguments
 from ppokit.rewards.errors import RewardError
 from ppokit.rewards.functions import NamedReward, make_rule_reward, parse_reward_functions, with_deadline
 from ppokit.rewards.verl_score import unknown_source_hint
@@ -115,7 +116,7 @@ def build_reward_functions(args: Any, records: Sequence[dict] | None = None, bas
     fns.extend(custom)
     fns = in_process_deadline(fns, args)
     if judge:  # its calls have their own timeouts and error policy (reward_timeout, reward_on_error)
-        from ppokit.rewards.judge_build import judge_reward
+        from ppokit.rewards.judge.build import judge_reward
 
         fns.append(judge_reward(args))
     if use_server:
@@ -138,10 +139,11 @@ def build_reward_functions(args: Any, records: Sequence[dict] | None = None, bas
 
 def _announce(fns: list[NamedReward], args: Any, implicit_rule: bool) -> None:
     """Log which reward sources are scored, and any configured source that is not."""
+    judge_template = _attr(args, "judge_template", JudgeArguments.model_fields["judge_template"].default)
     why = {"rule": "use_rule_reward" if not implicit_rule else "the records' task field / the task argument",
            "reward_server": f"use_rm_server, {_attr(args, 'reward_server')}",
            "reward_model": f"reward_model_name_or_path {_attr(args, 'reward_model_name_or_path')}",
-           "judge": f"judge_model {_attr(args, 'judge_model')}, template {_attr(args, 'judge_template', 'score_10')}"}
+           "judge": f"judge_model {_attr(args, 'judge_model')}, template {judge_template}"}
     listed = "; ".join(f"reward/{f.name} (weight {f.weight:g}, {why.get(f.name, 'reward_functions')})" for f in fns)
     logger.info("reward sources: %s%s", listed, "; the reward is their weighted sum" if len(fns) > 1 else "")
     model_path = _attr(args, "reward_model_name_or_path")

@@ -12,6 +12,7 @@ import os
 import sys
 
 from ppokit.errors import PpokitError
+from ppokit.rewards.judge.options import add_judge_options, judge_options
 from ppokit.rewards.server import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY_BYTES,
@@ -83,18 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--task", help="score every item with this built-in task (knights_knaves, arithmetic, countdown)")
     which.add_argument("--function", metavar="FILE.py:fn", help="score with a reward function fn(prompts, responses, **fields)")
     which.add_argument("--model", metavar="PATH", help="score with a sequence-classification reward model")
-    which.add_argument("--judge", metavar="MODEL", help="score with an LLM judge: a model folder, .gguf file or alias "
-                       "(in this process), or an OpenAI-compatible endpoint URL (docs/rewards.md)")
-    j = p.add_argument_group("judge (with --judge)")
-    j.add_argument("--judge-template", default="score_10", help="score_10, pairwise, rubric, yes_no, yes_no_fewshot, or a template file")
-    j.add_argument("--judge-parser", choices=("score", "choice", "yes_no", "p_yes"), help="verdict parser (default: the template's)")
-    j.add_argument("--judge-rubric", action="append", metavar="ITEM", help="a rubric item (repeat for several)")
-    j.add_argument("--judge-backend", choices=("hf", "vllm", "openai"), help="default: openai for a URL, else hf")
-    j.add_argument("--judge-api-model", help="model name sent to the judge endpoint (default: its first listed)")
-    j.add_argument("--judge-allow-remote", action="store_true", help="allow a judge endpoint off this machine")
-    j.add_argument("--judge-max-new-tokens", type=int, default=256, help="most tokens per verdict")
-    j.add_argument("--judge-batch-size", type=int, default=8, help="prompts per generate call (in-process judge)")
-    j.add_argument("--judge-concurrency", type=int, default=8, help="requests in flight to a judge endpoint")
+    add_judge_options(p, which)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8731, help="TCP port, 0-65535 (default 8731)")
     p.add_argument("--token", default=os.environ.get(TOKEN_ENV) or None,
@@ -114,9 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _spec(ns: argparse.Namespace) -> dict:
-    judge_options = {k: v for k, v in vars(ns).items() if k.startswith("judge_") and v is not None}
     return {"task": ns.task, "function": ns.function, "model": ns.model, "token": ns.token,
-            "judge": ns.judge, "judge_options": judge_options,
+            "judge": ns.judge, "judge_options": judge_options(ns),
             "max_batch": ns.max_batch, "max_body_bytes": int(ns.max_body_mb * 2**20),
             "request_timeout": ns.request_timeout, "max_queue": ns.max_queue}
 

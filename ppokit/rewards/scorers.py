@@ -131,7 +131,7 @@ def build_scorer(task: str | None = None, function: str | None = None, model: st
     if judge:
         from types import SimpleNamespace
 
-        from ppokit.rewards.judge_build import judge_reward
+        from ppokit.rewards.judge.build import judge_reward
 
         options = dict(judge_options or {})
         return judge_scorer(judge_reward(SimpleNamespace(**{**options, "judge_model": judge,

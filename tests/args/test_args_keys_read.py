@@ -33,7 +33,8 @@ CRITIC_PREFIX = "critic_"
 
 
 def source_outside_args() -> str:
-    files = [p for p in PACKAGE.rglob("*.py") if "args" not in p.relative_to(PACKAGE).parts[:1]]
+    # the verl dialect writes keys back as verl values (``args.kl_coeff`` in an inverse): not a reader either
+    files = [p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] not in ("args", "dialects")]
     return "\n".join(p.read_text() for p in files) + (PACKAGE.parent / "run_ppo.py").read_text()
 
 

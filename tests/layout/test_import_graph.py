@@ -91,7 +91,7 @@ def room(module: str) -> str:
 # Rooms from the bottom up; a room may import its own modules and rooms listed before it.
 # algos and engine are libraries (torch / DeepSpeed only) every room above may call.
 LAYERS = [
-    "algorithms", "algos", "args", "engine", "tasks", "data", "models", "rollout", "rewards", "tracking", "widgets", "training",
+    "algorithms", "algos", "args", "dialects", "engine", "tasks", "data", "models", "rollout", "rewards", "tracking", "widgets", "training",
     "checkpoint", "export", "eval", "session", "launch", "bench",
 ]
 
@@ -125,3 +125,21 @@ def test_no_room_imports_a_room_above_it():
             if there in LAYERS and LAYERS.index(there) > LAYERS.index(here):
                 upward.append(f"{module} -> {target}")
     assert not upward, "rooms importing a room above them:\n" + "\n".join(sorted(upward))
+
+
+def test_args_names_the_verl_dialect_in_its_one_seam_alone():
+    """args sits below the dialects: only ppokit/args/dialect.py names one (loaded by name at call time)."""
+    def names_a_dialect(path: Path) -> bool:  # an import of one, or a module name as a string (not prose)
+        names: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names += [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.append(node.value)
+        return any(n.startswith("ppokit.dialects") for n in names)
+
+    assert sorted(p.name for p in (PACKAGE / "args").glob("*.py") if names_a_dialect(p)) == ["dialect.py"]
+    import ppokit.dialects.verl as dialect
+    from ppokit.args.dialect import verl
+
+    assert verl() is dialect and callable(dialect.translate_verl) and callable(dialect.markdown_table)

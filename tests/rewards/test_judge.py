@@ -9,9 +9,9 @@ import pytest
 
 from ppokit.rewards import RewardError, build_reward_functions, compute_rewards, skipped_groups
 from ppokit.rewards.judge import JudgeReward
-from ppokit.rewards.judge_build import make_judge
-from ppokit.rewards.judge_clients import JudgeReply
-from ppokit.rewards.judge_templates import load_template, parse_choice, parse_p_yes, parse_score, parse_yes_no
+from ppokit.rewards.judge.build import make_judge
+from ppokit.rewards.judge.clients import JudgeReply
+from ppokit.rewards.judge.templates import load_template, parse_choice, parse_p_yes, parse_score, parse_yes_no
 from ppokit.rewards.reports import take_reports
 
 
@@ -227,7 +227,7 @@ def _args(**kw):
 
 
 def test_build_registers_the_judge_with_rule_by_weight(monkeypatch, fake_tasks):
-    import ppokit.rewards.judge_build as jb
+    import ppokit.rewards.judge.build as jb
 
     client = Scripted(lambda text: "Score: " + ("10" if _answer(text) == "1" else "4"))
     monkeypatch.setattr(jb, "judge_client", lambda *a, **k: client)
@@ -246,7 +246,7 @@ def test_build_registers_the_judge_with_rule_by_weight(monkeypatch, fake_tasks):
 
 
 def test_a_judge_alone_turns_off_the_implicit_rule_reward(monkeypatch):
-    import ppokit.rewards.judge_build as jb
+    import ppokit.rewards.judge.build as jb
 
     monkeypatch.setattr(jb, "judge_client", lambda *a, **k: Scripted(lambda t: "Score: 5"))
     fns = build_reward_functions(_args(judge_model="x", task="arithmetic"))

@@ -11,8 +11,8 @@ import pytest
 from ppokit.args import load_arguments
 from ppokit.rewards import NamedReward
 from ppokit.rewards.judge import JudgeReward
-from ppokit.rewards.judge_clients import JudgeReply
-from ppokit.rewards.judge_templates import load_template
+from ppokit.rewards.judge.clients import JudgeReply
+from ppokit.rewards.judge.templates import load_template
 from ppokit.session import Session
 from ppokit.training.evaluate import eval_metric_names, evaluate
 

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 
 from ppokit.rewards.cli import _spec, app_from_spec, build_parser
-from ppokit.rewards.judge_clients import HttpJudge, chat_url
+from ppokit.rewards.judge.clients import HttpJudge, chat_url
 
 
 def fake_openai(verdict=lambda user: "Score: 10" if "Answer to grade:\n4" in user else "Score: 1"):

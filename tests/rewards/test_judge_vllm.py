@@ -34,7 +34,7 @@ def same_rng(a, b) -> bool:
 
 @pytest.fixture(scope="module")
 def judge():
-    from ppokit.rewards.judge_vllm import VllmJudge
+    from ppokit.rewards.judge.vllm_judge import VllmJudge
 
     torch.manual_seed(123)
     before = rng_states()
@@ -45,7 +45,7 @@ def judge():
 
 def run(client, template: str, parser: str | None = None):
     from ppokit.rewards.judge import JudgeReward
-    from ppokit.rewards.judge_templates import load_template
+    from ppokit.rewards.judge.templates import load_template
 
     reward = JudgeReward(client, load_template(template, parser), on_error="skip_group")
     prompts, labels, answers = zip(*QUESTIONS)

@@ -1,7 +1,7 @@
 import pytest
 
 from ppokit.args import ConfigError
-from ppokit.args.hydra import (
+from ppokit.dialects.verl.hydra import (
     MISSING,
     flatten,
     looks_like_override,
@@ -52,7 +52,7 @@ def test_flatten_and_interpolation():
 
 
 def test_split_argv_keeps_option_values():
-    from ppokit.args.verl import split_argv
+    from ppokit.dialects.verl.overrides import split_argv
 
     dashed, tokens = split_argv(["c.json", "--eos_token", "a=b", "--bf16", "x.y=1", "--max_steps=3", "seed=2"])
     assert dashed == ["c.json", "--eos_token", "a=b", "--bf16", "--max_steps=3"]

@@ -8,7 +8,7 @@ from verl_helpers import DRGRPO_PAIR, grpo_line, ppo_line
 from ppokit.args import ConfigError, load_arguments
 from ppokit.args.batch import batch_plan
 from ppokit.args.cli import parse_cli
-from ppokit.args.verl_table import TABLE
+from ppokit.dialects.verl.table import TABLE
 from ppokit.main_ppo import launch_plan, main, parse_main_ppo
 
 MODEL, DATA = "tiny-model", "prepared/train.parquet"

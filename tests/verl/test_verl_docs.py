@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from ppokit.args.verl import markdown_table
+from ppokit.dialects.verl.overrides import markdown_table
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "verl.md"
 

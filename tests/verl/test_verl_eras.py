@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ppokit.args import ConfigError
-from ppokit.args.verl_table import ERAS, MULTI_TURN_KEYS, RULES, TABLE, resolve
+from ppokit.dialects.verl.table import ERAS, MULTI_TURN_KEYS, RULES, TABLE, resolve
 from ppokit.main_ppo import _print_config, parse_main_ppo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ LEAVES = SNAP.fixture_leaves(str(FIXTURES))
 
 
 def test_committed_eras_module_is_the_fixtures():
-    committed = (ROOT / "ppokit" / "args" / "verl_eras.py").read_text(encoding="utf-8")
+    committed = (ROOT / "ppokit" / "dialects" / "verl" / "eras.py").read_text(encoding="utf-8")
     assert committed == SNAP.eras_module(str(FIXTURES)), "rerun: python scripts/snapshot_verl_configs.py --eras-only"
     assert set(ERAS) == set(LEAVES)
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from ppokit.args import ConfigError, load_arguments
-from ppokit.args.dialects import to_paddle_values, to_verl_tokens, translate
+from ppokit.dialects.verl.rewrite import to_paddle_values, to_verl_tokens, translate
 from ppokit.main_ppo import parse_main_ppo
 
 NESTED = {

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from ppokit.algorithms import ALGORITHMS
 
-from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported for callers of the table)
+from .convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported for callers of the table)
     LAUNCH_KEYS,
     SKIP,
     VERL_NAME_OF,
@@ -53,16 +53,16 @@ from .verl_convert import (  # noqa: F401  (SKIP, Ctx, VerlKey are re-exported f
     _val_files,
     _warmup_style,
 )
-from .verl_eras import VERSIONS
-from .verl_eras import leaves as era_leaves
-from .verl_multi_turn import MULTI_TURN_KEYS, M
-from .verl_rules import _DYN, _FSDP, _KERNEL, _RAY, _SHARED, _VLLM, RULES, A
+from .eras import VERSIONS
+from .eras import leaves as era_leaves
+from .multi_turn import MULTI_TURN_KEYS, M
+from .rules import _DYN, _FSDP, _KERNEL, _RAY, _SHARED, _VLLM, RULES, A
 
 
 def _plan(args):
     """The batch plan of ``args`` on the launcher's world size (per-device files are written in global units)."""
-    from .batch import batch_plan
-    from .loader import env_world_size
+    from ppokit.args.batch import batch_plan
+    from ppokit.args.loader import env_world_size
 
     return batch_plan(args, env_world_size())
 
@@ -410,7 +410,7 @@ FREE_FORM = frozenset({
 MISSPELLED_PREFIXES = {"actor_rollout.ref.": A}
 """Prefixes from widely copied guides, read as the right key with a warning."""
 
-TABLE.update(MULTI_TURN_KEYS)  # verl's multi_turn.* keys onto the agent loop's (verl_multi_turn.py)
+TABLE.update(MULTI_TURN_KEYS)  # verl's multi_turn.* keys onto the agent loop's (multi_turn.py)
 
 R = A + "rollout."
 TABLE.update({
@@ -433,7 +433,7 @@ TABLE.update({
 INTERPOLATED["data.tool_config_path"] = "${" + M + "tool_config_path}"
 
 ERAS: dict[str, tuple[str, ...]] = era_leaves()
-"""Every leaf of every snapshotted verl release -> the releases holding it (ppokit/args/verl_eras.py)."""
+"""Every leaf of every snapshotted verl release -> the releases holding it (ppokit/dialects/verl/eras.py)."""
 
 
 class Resolution(NamedTuple):

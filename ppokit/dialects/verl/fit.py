@@ -45,7 +45,7 @@ def fit_gpus(base: dict[str, Any], tokens: list[str], default: Any) -> tuple[dic
 
 def _setters(translation) -> dict[str, list[str]]:
     """ppokit key -> the verl keys whose values set it in this translation."""
-    from .verl_table import TABLE, Ctx
+    from .table import TABLE, Ctx
 
     ctx = Ctx(translation.cfg, translation.world_size)
     out: dict[str, list[str]] = {}

@@ -1,4 +1,4 @@
-"""Building blocks of the verl table (`verl_table`): the entry type and the converters for mappings
+"""Building blocks of the verl table (`table`): the entry type and the converters for mappings
 that are not one-to-one (a key with a partner switch, global sizes divided over GPUs, renamed values)."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ppokit.algorithms import VERL_ESTIMATORS
-
-from .errors import ConfigError
-from .extensions import VERL_KL_NAMES
+from ppokit.args.errors import ConfigError
+from ppokit.args.extensions import VERL_KL_NAMES
 
 SKIP = object()
 """Returned by an inverse when the key has no value to write."""
@@ -32,7 +31,7 @@ class Ctx:
 @dataclass(frozen=True)
 class VerlKey:
     """One verl key: verl's default, the ppokit key it sets (None: no effect), a note, and the converter /
-    inverse for mappings that are not one-to-one (see `verl_table`)."""
+    inverse for mappings that are not one-to-one (see `table`)."""
 
     default: Any
     target: str | None

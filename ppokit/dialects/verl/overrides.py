@@ -1,4 +1,4 @@
-"""verl's launch lines: Hydra overrides and nested YAML through the one table in `verl_table`.
+"""verl's launch lines: Hydra overrides and nested YAML through the one table in `table`.
 
 Two modes, as the two entry points need:
 
@@ -18,11 +18,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
+from ppokit.args.errors import ConfigError
+
+from .convert import SUBSTITUTE_ENGINES, verl_bool
+from .eras import VERSIONS
 from .hydra import MISSING, Override, flatten, looks_like_override, parse_override, resolve_interpolations
-from .verl_convert import SUBSTITUTE_ENGINES, verl_bool
-from .verl_eras import VERSIONS
-from .verl_table import (
+from .table import (
     ERAS,
     FREE_FORM,
     INTERPOLATED,
@@ -72,8 +73,8 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def _takes_value(token: str) -> bool:
     """True for '--key' (no '=') naming a non-boolean argument: the next token is its value."""
-    from .arguments import Arguments
-    from .fieldinfo import non_none
+    from ppokit.args.arguments import Arguments
+    from ppokit.args.fieldinfo import non_none
 
     if not token.startswith("--") or "=" in token:
         return False
@@ -261,7 +262,7 @@ def _no_effect_notes(mapping: dict[str, dict[str, Any]]) -> list[str]:
 
 def read_verl_yaml(config_path: str, config_name: str) -> dict[str, Any]:
     """A nested verl YAML (``--config-path DIR --config-name NAME``) as a flat config over verl's defaults."""
-    from .loader import read_config_file
+    from ppokit.args.loader import read_config_file
 
     name = config_name if config_name.endswith((".yaml", ".yml")) else config_name + ".yaml"
     path = os.path.join(config_path, name)
@@ -340,7 +341,7 @@ def markdown_table() -> str:
     leaf by the verl release that introduced it (``python -m ppokit.args verl-table``)."""
     import json
 
-    from .verl_table import RULES, VERSIONS
+    from .table import RULES, VERSIONS
 
     total = kind_counts(ERAS)
     lines = [f"{len(ERAS)} leaves over verl {VERSIONS[0]} … {VERSIONS[-1]} (the composed ppo_trainer and "

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .errors import ConfigError
+from ppokit.args.errors import ConfigError
 
 _TOKEN = re.compile(r"^(\+\+|\+|~)?([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)(?:=(.*))?$", re.DOTALL)
 _INT = re.compile(r"^[-+]?\d+$")

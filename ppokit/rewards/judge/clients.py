@@ -114,7 +114,7 @@ class LocalJudge:
         return replies
 
 
-# vLLM (judge_backend: vllm): ppokit/rewards/judge_vllm.py
+# vLLM (judge_backend: vllm): ppokit/rewards/judge/vllm_judge.py
 
 
 # ---------------------------------------------------------------- OpenAI-compatible HTTP

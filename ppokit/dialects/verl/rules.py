@@ -1,9 +1,9 @@
-"""verl keys outside the explicit table (`verl_table.TABLE`), by pattern: accepted with no effect here
+"""verl keys outside the explicit table (`table.TABLE`), by pattern: accepted with no effect here
 (with the reason), or refused with a sentence when their value asks for a feature ppokit does not have."""
 
 from __future__ import annotations
 
-from .verl_convert import Rule
+from .convert import Rule
 
 _RAY = "ppokit has no Ray: processes are started by ppokit.launch (torchrun) and share one trainer"
 _FSDP = "ppokit trains with DeepSpeed ZeRO (sharding), not FSDP"

@@ -18,7 +18,7 @@ import math
 import os
 from collections.abc import Sequence
 
-from ppokit.rewards.judge_clients import TOP_TOKENS, JudgeReply
+from ppokit.rewards.judge.clients import TOP_TOKENS, JudgeReply
 
 
 class VllmJudge:

@@ -1,6 +1,6 @@
 """An LLM judge as a reward source: `JudgeReward(client, template)` is a RewardFn.
 
-Per answer it asks the judge (see `judge_clients`) with a template (see `judge_templates`) and parses the verdict:
+Per answer it asks the judge (see `clients`) with a template (see `templates`) and parses the verdict:
     score     one call; "Score: N" on 1..10 -> (N - 1) / 9 in [0, 1] (score_10); yes/no -> 1/0 (yes_no), or with
               judge_parser p_yes the judge's P(yes) / (P(yes) + P(no)) on its first token (small judges)
     pairwise  two calls, the answer as A against the reference as B, then the other way round, so that a judge that
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ppokit.rewards.errors import RewardError
-from ppokit.rewards.judge_clients import JudgeClient, JudgeReply
-from ppokit.rewards.judge_templates import Template, parse_choice, parse_p_yes, parse_score, parse_yes_no
+from ppokit.rewards.judge.clients import JudgeClient, JudgeReply
+from ppokit.rewards.judge.templates import Template, parse_choice, parse_p_yes, parse_score, parse_yes_no
 
 log = logging.getLogger("ppokit")
 NOTE_CHARS = 2000  # verdict text kept per call in samples.jsonl

@@ -5,8 +5,8 @@ effect (ppokit never re-tokenizes the model's tokens)."""
 
 from __future__ import annotations
 
-from .verl_convert import VerlKey, _unless_null
-from .verl_rules import A
+from .convert import VerlKey, _unless_null
+from .rules import A
 
 K = VerlKey
 _MT = "multi-turn tool use (ppokit.rollout.agent_loop)"

@@ -17,14 +17,15 @@ import shlex
 import sys
 from typing import Any
 
-from .arguments import Arguments
-from .batch import batch_mode, batch_plan
-from .effect import inactive
-from .errors import ConfigError
+from ppokit.args.arguments import Arguments
+from ppokit.args.batch import batch_mode, batch_plan
+from ppokit.args.effect import inactive
+from ppokit.args.errors import ConfigError
+from ppokit.args.loader import env_world_size, load_arguments, read_config_file
+
 from .hydra import looks_like_override, resolve_interpolations
-from .loader import env_world_size, load_arguments, read_config_file
-from .verl import VERL_ROOTS, read_verl_yaml, translate_verl, verl_defaults
-from .verl_table import SKIP, TABLE
+from .overrides import VERL_ROOTS, read_verl_yaml, translate_verl, verl_defaults
+from .table import SKIP, TABLE
 
 ENTRY = "python3 -m verl.trainer.main_ppo"  # the same tokens run here after `python -m ppokit.main_ppo`
 PER_DEVICE_MODE_KEYS = frozenset({"global_batch_size", "global_mini_batch_size", "global_gen_batch_size",
@@ -33,7 +34,7 @@ PER_DEVICE_MODE_KEYS = frozenset({"global_batch_size", "global_mini_batch_size",
 
 
 def hydra_literal(value: Any) -> str:
-    """``value`` written so that Hydra (and ppokit.args.hydra) reads it back unchanged."""
+    """``value`` written so that Hydra (and ppokit.dialects.verl.hydra) reads it back unchanged."""
     if value is None:
         return "null"
     if isinstance(value, bool):
