@@ -135,11 +135,12 @@ def at_the_end(every: str, steps: int, final: str = "") -> str:
     tail = f"{final} after the last step" if final else "after the last step"
     if every == "never":
         return tail if final else every
-    n = int(every.split()[1]) if every.startswith("every ") and every.split()[1].isdigit() else 1
+    words = every.split()
+    n = int(words[1]) if every.startswith("every ") and words[1].isdigit() else 1  # "every step", "each epoch": 1
     if every.startswith("every") and n > steps:
         return f"{tail} ({every}: none within {steps})"
     if final or (every.startswith("every") and steps % n):
-        return f"{every} and {tail}" if final or steps % n else every
+        return f"{every} and {tail}"
     return every
 
 
