@@ -38,7 +38,7 @@ def test_async_timeline_notebook(tiny_model_dir, tmp_path, kernel_path, monkeypa
     summary = output(nb, "display(HTML(")
     assert re.search(r"^steps' wall time, synchronous:( \d+\.\d\d){3} \| asynchronous:( \d+\.\d\d){3} \(s\)$", summary, re.M)
     assert re.search(r"max\(rollout \+ update, rollout \+ wait\) = \d+\.\d\d s against \d+\.\d\d s synchronous", summary)
-    table = summary[summary.index("per step (median)"):].splitlines()  # compute beside the wall time
+    table = summary[summary.index("compute per step (median)"):].splitlines()  # compute beside the wall time
     assert [row.split(" (s)")[0] for row in table[1:4]] == ["rollout compute", "log-probs + update", "reward wait"]
     assert re.match(r"the two sides' compute (agrees within 30%|differs by more than noise \(30%\))", table[4])
     from nbconvert import HTMLExporter
