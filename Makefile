@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.ppokit-installed
 CONFIG ?= config/grpo_argument.json
 
-.PHONY: setup setup-vllm run test test-slow test-vllm test-vllm-slow lint clean gpu-check gpu-check-prepare
+.PHONY: setup setup-vllm run test test-slow test-vllm test-vllm-slow lint clean gpu-check gpu-check-prepare gpu-check-replica
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -54,18 +54,43 @@ test-vllm-slow: $(VSTAMP)
 
 # The GPU check (docs/scaling.md, "GPU check"): the prepare half needs this venv and a package registry, and fills
 # the ignored .gpu_check/ (< 64 MiB); the run half needs only python3 with torch (CUDA) and transformers, and is one
-# command of at most 8 minutes printing PASS/FAIL/SKIP per item (CUDA items SKIP on a CPU).
-GPU_PY ?= python3
+# command of at most 8 minutes printing PASS/FAIL/SKIP per item (CUDA items SKIP on a CPU). GPU_PY: python3 where it
+# has torch (the GPU image), else this venv's python.
+GPU_PY ?= $(shell python3 -c 'import torch' 2>/dev/null && echo python3 || { test -x $(BIN)/python && echo $(BIN)/python; })
 
 gpu-check-prepare: $(STAMP)
 	$(BIN)/python scripts/gpu_check/prepare.py
 
 gpu-check:
-	test -f .gpu_check/manifest.json || $(MAKE) gpu-check-prepare
+	@test -n "$(GPU_PY)" || { echo "make gpu-check needs a python with torch and transformers: python3 has no torch" \
+		"and there is no $(BIN)/python (run 'make setup', or GPU_PY=/path/to/python make gpu-check)"; exit 2; }
+	grep -qs '"format": 2' .gpu_check/manifest.json || $(MAKE) gpu-check-prepare
 	$(GPU_PY) scripts/gpu_check/run.py $(ARGS)
+
+# The image replica (docs/scaling.md, "GPU check"): a venv shaped like the GPU machine's image (its packages only;
+# no deepspeed, pydantic, datasets, visualdl, gguf, vllm, flash-attn; the differences in docs/scaling.md) running
+# run.py as a CPU trial on .gpu_check: every item must end TRIAL or SKIP. PPOKIT_THREADS=off: torch's thread count
+# fixed, as in the tests (the load-following policy waited minutes beside other busy processes here).
+IVENV := .venv-gpu-image
+IBIN := $(IVENV)/bin
+ISTAMP := $(IVENV)/.ppokit-image
+IMAGE_PACKAGES := torch==2.13.0 transformers==5.17.0 accelerate peft safetensors pyarrow pytest
+IMAGE_LACKS := deepspeed pydantic pydantic-core annotated-types typing-inspection datasets visualdl gguf vllm \
+	flash-attn hjson msgpack einops py-cpuinfo
+
+$(ISTAMP): Makefile
+	test -x $(IBIN)/python || $(PY) -m venv $(IVENV)
+	$(IBIN)/pip install -q $(IMAGE_PACKAGES)
+	$(IBIN)/pip uninstall -q -y $(IMAGE_LACKS) 2>/dev/null || true  # typer (huggingface_hub's CLI) pulls pydantic
+	touch $(ISTAMP)
+
+gpu-check-replica: $(ISTAMP)
+	grep -qs '"format": 2' .gpu_check/manifest.json || $(MAKE) gpu-check-prepare
+	env -u PYTHONPATH GPU_CHECK_CPU_TRIAL=1 PPOKIT_THREADS=off $(IBIN)/python scripts/gpu_check/run.py --out output/gpu_check_replica \
+		--budget 3600 $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) $(VVENV) output vdl_log
+	rm -rf $(VENV) $(VVENV) $(IVENV) output vdl_log

@@ -98,8 +98,9 @@ def load_records(ns: argparse.Namespace, args) -> tuple[list[dict], str]:
     return records, path
 
 
-def build_eval_state(args, records: list[dict]) -> SimpleNamespace:
-    """What `ppokit.training.evaluate.evaluate` needs: encoded eval records, rewards, a rollout engine."""
+def build_eval_producer(args, records: list[dict]):
+    """A `Producer` for evaluation only (`ppokit.training.evaluate.evaluate`): encoded eval records, rewards, a
+    rollout engine; no loader, no learner."""
     from ppokit.data import encode_prompts
     from ppokit.models import (
         attention_implementation,
@@ -127,11 +128,14 @@ def build_eval_state(args, records: list[dict]) -> SimpleNamespace:
     fns = [normalize_reward_fn(f) for f in build_reward_functions(args, kept)]
     engine = make_rollout_engine(args.rollout_engine, args.use_fusemt, model, tokenizer, model_path=path,
                                  batch_size=args.per_device_eval_batch_size, compute_dtype=compute_dtype, args=args)
-    from ppokit.rollout.agent_loop import agent_spec
-
     # the rollout a training run of these arguments makes (tools and turns too), scored by its rule
-    return SimpleNamespace(eval_records=kept, reward_fns=fns, rollout_engine=engine, agent=agent_spec(args, tokenizer),
-                           policy=SimpleNamespace(tokenizer=tokenizer), model_path=path)
+    from ppokit.engine import DistInfo
+    from ppokit.rollout.agent_loop import agent_spec
+    from ppokit.training.sides import Producer
+
+    return Producer(args=args, dist=DistInfo(rank=0, world_size=1, local_rank=0, device=device), plan=None,
+                    tokenizer=tokenizer, rollout_engine=engine, reward_fns=fns, eval_records=kept,
+                    agent=agent_spec(args, tokenizer))
 
 
 def format_table(metrics: dict[str, float], prompts: dict[str, int]) -> str:
@@ -162,11 +166,11 @@ def run(ns: argparse.Namespace) -> tuple[dict[str, float], list[dict], str, dict
               "pass --temperature 1.0 to sample", file=sys.stderr)
     records, path = load_records(ns, args)
     print(f"ppokit: loading {ns.model} and {len(records)} prompts of {path} ...", file=sys.stderr, flush=True)
-    state = build_eval_state(args, records)
+    producer = build_eval_producer(args, records)
     samples: list[dict] = []
-    metrics = evaluate(state, args, k=ns.k or ns.n, samples=samples)
+    metrics = evaluate(producer, k=ns.k or ns.n, samples=samples)
     prompts: dict[str, int] = {}
-    for record in state.eval_records:
+    for record in producer.eval_records:
         prompts[record.get("task") or "all"] = prompts.get(record.get("task") or "all", 0) + 1
     return metrics, samples, path, prompts, args
 

@@ -71,8 +71,8 @@ def run_ppokit(spec: dict) -> list[dict]:
         **spec["overrides"])
     body, head = param_counts(session.model)
     if spec.get("reward_latency"):
-        session.state.reward_fns = [slowed(f, spec["reward_latency"]) for f in session.state.reward_fns]
-    spec["compute_dtype"] = str(session.state.policy.compute_dtype)
+        session.producer.reward_fns = [slowed(f, spec["reward_latency"]) for f in session.producer.reward_fns]
+    spec["compute_dtype"] = str(session.learner.policy.compute_dtype)
     steps = []
     for _ in range(spec["steps"]):
         m = session.step()

@@ -161,3 +161,17 @@ def refuse_before_loading(args, doing: str = "training") -> None:
     found = earlier_records(root)
     if found and not (is_auto(spec) and not finished(root)):
         raise refusal(root, found, doing)
+
+
+def open_tracker(session):
+    """The Session's tracker, opened at its first write: a live run's folder, or an earlier run's records, are
+    refused (not erased)."""
+    from ppokit.tracking import Tracker
+
+    args = session.args
+    claim_output_dir(args, resuming=session.resume_step is not None, doing="this Session's first write")
+    tracker = Tracker(replace=True,  # claim_output_dir decided: nothing of an earlier run is left unasked
+                      output_dir=args.output_dir, logging_dir=args.logging_dir, report_to=args.report_to,
+                      enabled=session.learner.dist.rank == 0, run_name=args.run_name, resume_step=session.resume_step)
+    tracker.log_hparams(args, plan=session.plan)  # the model: args_info.json gets the defaults
+    return tracker

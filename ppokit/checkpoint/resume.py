@@ -104,7 +104,7 @@ def check_arguments(path: Path, saved: dict, args) -> None:
 def check_same_data(path: Path, saved: dict, session) -> None:
     """Stop when the training records' content differs from the checkpoint's (unless force_resume)."""
     recorded = saved.get("data_fingerprint")
-    if recorded is None or recorded == fingerprint_of(session.state):
+    if recorded is None or recorded == fingerprint_of(session.producer):
         return
     what = f"{session.args.train_datasets or session.args.train_task_config}"
     if not session.args.force_resume:
@@ -117,7 +117,7 @@ def check_same_data(path: Path, saved: dict, session) -> None:
 
 
 def load_actor(session, path: Path, saved: dict) -> None:
-    st = session.state
+    st = session.learner
     schedules = saved.get("schedules") or {}
     engine = st.policy.engine
     check_same_sizes(path, "actor", engine.module, "actor_model_name_or_path", saved["args"])
@@ -148,7 +148,7 @@ def load_actor(session, path: Path, saved: dict) -> None:
         if not (path / "critic_ds").is_dir():
             refresh_master_weights(st.critic.engine)
             fast_forward_schedule(st.critic.engine, schedules.get("critic"))
-    st.rollout_engine.update_weights(engine.module)
+    st.publish(weights_changed=True)  # the producer pulls them before its next batch
 
 
 def resume_into(session, spec) -> Path:
@@ -186,7 +186,7 @@ def resume_from(session, path: Path) -> Path:
     if saved.get("world_size", world) != world:
         raise CheckpointError(f"{path} was saved by {saved['world_size']} processes but this run has {world}; "
                               "resume with the same number of processes")
-    states = saved["parts"] if "parts" in saved else legacy_parts(saved)  # format 1 converted on reading
+    states = saved["parts"] if saved.get("format", 1) >= 3 else legacy_parts(saved)  # formats 1, 2 converted
     parts = {p.name: p for p in parts_of(session, path)}
     per_rank = {name: load_part_file(path, part) for name, part in parts.items() if part.per_rank}
     load_actor(session, path, saved)
@@ -222,3 +222,20 @@ def note_missing_part(path: Path, name: str) -> None:
     """A part this Session has that the checkpoint does not hold (e.g. a queue added after it was written)."""
     if name != "run_plan":  # checkpoints of format 1 may lack it
         logger.warning("%s holds no state for %r; it starts afresh", path.name, name)
+
+
+def resume_session(cls, output_dir: str, overrides: dict):
+    """`Session.resume`: rebuild the run saved in `output_dir` (its newest complete checkpoint, or the
+    `checkpoint-<step>` folder given) from the checkpoint's own arguments and `overrides`, then load it."""
+    from ppokit.args import load_arguments
+    from ppokit.training.live import follow_taken_steps
+
+    is_run = not str(output_dir).rstrip("/").split("/")[-1].startswith("checkpoint-")
+    path = find_checkpoint("auto", output_dir) if is_run else find_checkpoint(output_dir, output_dir)
+    saved = read_state(path, STATE_FILE).get("config", {})
+    saved["output_dir"] = str(path.parent)  # where the run is now, also when its folder was moved or copied
+    saved.update(overrides)
+    session = cls(load_arguments(None, overrides=saved))
+    resume_into(session, "auto" if is_run else path)  # auto: a damaged newest checkpoint falls back
+    follow_taken_steps(session)  # a run with phases called by hand: its schedules as they were when saved
+    return session

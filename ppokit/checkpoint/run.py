@@ -121,7 +121,7 @@ def guarded_run(session):
     try:
         prepare_run(session)
         preemption.install()
-        yield preemption  # Session.train hands it to its between_steps
+        yield preemption  # the Trainer checks it between steps (Trainer.between_steps)
     except FloatingPointError as exc:
         last = last_checkpoint_name(Path(session.args.output_dir))
         raise NonFiniteWeightsError(f"step {session.global_step + 1} stopped: {exc} The weights may be damaged, "
@@ -208,10 +208,10 @@ def prepare_run(session) -> Path | None:
 def check_steps_left(session, path: Path) -> None:
     """After a resume: a checkpoint past the run's length is a sentence (not "done" with nothing trained); one at
     its end is a note (a re-queued job of a finished run ends at once)."""
-    total, step = session.state.run.rollout_steps, session.global_step
+    total, step = session.plan.rollout_steps, session.global_step
     if step > total:
         raise CheckpointError(
-            f"{path.name} is at step {step} but this run has {total} steps ({session.state.run.describe()}): there "
+            f"{path.name} is at step {step} but this run has {total} steps ({session.plan.describe()}): there "
             f"is nothing left to train. Raise max_steps above {step} to continue it, or resume an earlier "
             "checkpoint-<step> by its path")
     if step == total and is_rank0():
@@ -225,3 +225,18 @@ def interrupted_sentence(output_dir) -> str:
     where = (f"the newest complete checkpoint is {found[-1]}; continue with --resume_from_checkpoint auto" if found
              else "no checkpoint had been written yet")
     return f"interrupted (Ctrl-C): the run stopped without a traceback; {where}"
+
+
+def save_session(session, final: bool = False):
+    """`Session.save`: `checkpoint-<step>` (unless final with save_strategy "no"); final also the HF model."""
+    from ppokit.checkpoint.save import save_checkpoint
+    from ppokit.tracking.console import quiet_hf_progress
+
+    path = None
+    session.tracker  # noqa: B018 - claims output_dir (refusing an earlier or live run's) before anything is written
+    with quiet_hf_progress():
+        if not final or session.args.save_strategy != "no":
+            path = save_checkpoint(session)
+        if final:  # every rank calls it (ZeRO-3 gathers the weights); rank 0 writes
+            save_final(session)
+    return path

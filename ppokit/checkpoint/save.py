@@ -31,13 +31,13 @@ from ppokit.models.folders import save_adapter, save_hf
 logger = logging.getLogger("ppokit")
 
 _EXPLAINED: weakref.WeakSet = weakref.WeakSet()  # sessions that were told what their checkpoint holds
-FORMAT_VERSION = 2  # 1: flat keys (before the state protocol), still read
+FORMAT_VERSION = 3  # 1: flat keys (before the state protocol); 2: before the producer/learner split; both read
 
 
 def trainer_state(session, parts=None) -> dict:
     """trainer_state.json: the header a resume reads first (step, processes, arguments, model schedules, data
     fingerprint) and every JSON part's state under "parts"."""
-    st = session.state
+    st = session.learner
     parts = parts_of(session) if parts is None else parts
     return {
         "format": FORMAT_VERSION,
@@ -45,19 +45,22 @@ def trainer_state(session, parts=None) -> dict:
         "world_size": st.dist.world_size,
         "schedules": {"actor": schedule_position(st.policy.engine),
                       "critic": schedule_position(st.critic.engine) if st.critic is not None else None},
-        "data_fingerprint": fingerprint_of(st),
+        "data_fingerprint": fingerprint_of(session.producer),
         "parts": {p.name: p.obj.state_dict() for p in parts if not p.per_rank},
         "args": session.args.to_dict(),
         "config": session.args.to_config(),  # only the keys that were set: rebuilds the same batch mode
     }
 
 
-def fingerprint_of(state) -> str:
+_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # producer -> (records, hash)
+
+
+def fingerprint_of(producer) -> str:
     """The training records' content hash, computed once per run (the records do not change during it)."""
-    cached = getattr(state, "_data_fingerprint", None)
-    if cached is None or cached[0] is not state.train_records:
-        cached = (state.train_records, data_fingerprint(state.train_records))
-        state._data_fingerprint = cached
+    cached = _FINGERPRINTS.get(producer)
+    if cached is None or cached[0] is not producer.train_records:
+        cached = (producer.train_records, data_fingerprint(producer.train_records))
+        _FINGERPRINTS[producer] = cached
     return cached[1]
 
 
@@ -70,7 +73,7 @@ def schedule_position(engine) -> dict:
 
 def write_actor(session, tmp: Path) -> None:
     """actor/ (always), actor_ds/ (optimizer state) or actor_adapter/ (LoRA without optimizer state). All ranks."""
-    st, args = session.state, session.args
+    st, args = session.learner, session.args
     engine = st.policy.engine
     if not args.ignore_save_lr_and_optim:
         engine.save_checkpoint(str(tmp / "actor_ds"), tag="state")  # collective: every rank writes its shards
@@ -81,7 +84,7 @@ def write_actor(session, tmp: Path) -> None:
 
 def trained_modules(session) -> dict:
     """{name: module} of the models a checkpoint saves (actor, and critic for PPO)."""
-    st = session.state
+    st = session.learner
     return {"actor": st.policy.engine.module, "critic": st.critic.engine.module if st.critic is not None else None}
 
 
@@ -118,7 +121,7 @@ def save_checkpoint(session) -> Path:
 
 def write_checkpoint(session, tmp: Path, final: Path, rng: dict) -> None:
     """`save_checkpoint`'s writing: everything into `tmp`, trainer_state.json last, then the rename to `final`."""
-    args, st = session.args, session.state
+    args, st = session.args, session.learner
     if is_rank0():
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -145,7 +148,7 @@ def checkpoint_bytes(session) -> int:
     """About the disk one checkpoint takes (actor and critic): the HF copy of the weights; unless
     ignore_save_lr_and_optim, DeepSpeed's copy of the module, Adam's two fp32 moments of the trainable weights and,
     when the weights are 16-bit, their fp32 master copy; with save_strategy "no", just the final HF model."""
-    args, st = session.args, session.state
+    args, st = session.args, session.learner
     engines = [st.policy.engine] + ([st.critic.engine] if st.critic is not None else [])
     total = 0
     for engine in engines:

@@ -5,11 +5,13 @@
         def load_state_dict(self, state: dict) -> None: ...
 
 The parts a Session has (`parts_of`), in the order a resume loads them:
-  counters     global_step, rollouts drawn, optimizer updates done, skipped groups
+  counters     the Session's global_step
   run_plan     the run's length and schedules when saved (a resume says when they changed)
-  data         the prompt loader's (and the pretraining loader's) position
-  controllers  the KL controller and the reward normaliser
-  <extra>      parts registered with `register(session, name, part)`, e.g. an asynchronous rollout queue
+  producer     `training.sides.Producer`: rollouts drawn, groups skipped, the prompt loader's position, the reward
+               normaliser
+  learner      `training.sides.Learner`: updates done, the KL controller, the PTX loader's position
+  rollout_queue  with staleness k > 0: the batches produced and not yet consumed (per rank)
+  <extra>      parts registered with `register(session, name, part)`
   tracker      the metric history; loading it continues metrics.jsonl / samples.jsonl from the saved step
   rng          python/numpy/torch (CUDA) generators: loaded last, after everything that might draw
 JSON parts go into trainer_state.json under "parts"; per-rank parts (rng, extras) into torch files, one per rank.
@@ -63,19 +65,16 @@ class Part:
 
 
 class Counters:
+    """The Session's own counter (each side saves its own: `Producer` and `Learner` are parts themselves)."""
+
     def __init__(self, session):
         self.session = session
 
     def state_dict(self) -> dict:
-        st = self.session.state
-        return {"global_step": self.session.global_step, "rollouts_drawn": st.rollouts_drawn,
-                "updates_done": st.updates_done, "skipped_groups": st.skipped_groups}
+        return {"global_step": self.session.global_step}
 
     def load_state_dict(self, state: dict) -> None:
-        st = self.session.state
         self.session.global_step = state["global_step"]
-        st.rollouts_drawn, st.updates_done = state["rollouts_drawn"], state["updates_done"]
-        st.skipped_groups = state["skipped_groups"]
 
 
 class PlanState:
@@ -85,44 +84,12 @@ class PlanState:
         self.session, self.path = session, path
 
     def state_dict(self) -> dict:
-        return self.session.state.run.to_dict()
+        return self.session.plan.to_dict()
 
     def load_state_dict(self, state: dict) -> None:
         from ppokit.checkpoint.safety import note_plan_change
 
-        note_plan_change(self.path or Path("checkpoint"), state, self.session.state.run)
-
-
-class DataPosition:
-    def __init__(self, session):
-        self.session = session
-
-    def state_dict(self) -> dict:
-        st = self.session.state
-        return {"loader": st.loader.state_dict(),
-                "ptx_loader": st.ptx_loss.loader.state_dict() if st.ptx_loss is not None else None}
-
-    def load_state_dict(self, state: dict) -> None:
-        st = self.session.state
-        st.loader.load_state_dict(state["loader"])
-        if st.ptx_loss is not None and state.get("ptx_loader"):
-            st.ptx_loss.loader.load_state_dict(state["ptx_loader"])
-
-
-class Controllers:
-    def __init__(self, session):
-        self.session = session
-
-    def state_dict(self) -> dict:
-        st = self.session.state
-        return {"kl_ctl": st.kl_ctl.state_dict(),
-                "reward_normalizer": st.reward_normalizer.state_dict() if st.reward_normalizer is not None else None}
-
-    def load_state_dict(self, state: dict) -> None:
-        st = self.session.state
-        st.kl_ctl.load_state_dict(state["kl_ctl"])
-        if st.reward_normalizer is not None and state.get("reward_normalizer"):
-            st.reward_normalizer.load_state_dict(state["reward_normalizer"])
+        note_plan_change(self.path or Path("checkpoint"), state, self.session.plan)
 
 
 class TrackerState:
@@ -178,26 +145,41 @@ def register(session, name: str, part: Stateful, *, per_rank: bool = True) -> No
     _EXTRA.setdefault(session, {})[name] = Part(name, part, per_rank=per_rank)
 
 
-BUILT_IN = ("counters", "run_plan", "data", "controllers", "tracker", "rng")
+BUILT_IN = ("counters", "run_plan", "producer", "learner", "rollout_queue", "tracker", "rng")
+
+
+def queue_part(session) -> list[Part]:
+    """The batches produced and not yet consumed (staleness k > 0), one file per rank; none when k = 0."""
+    pipeline = getattr(session, "pipeline", None)
+    return [Part("rollout_queue", pipeline, per_rank=True)] if pipeline is not None and pipeline.staleness else []
 
 
 def parts_of(session, path: Path | None = None) -> list[Part]:
     """Every stateful part of `session`, in load order (rng last)."""
     return [Part("counters", Counters(session)), Part("run_plan", PlanState(session, path)),
-            Part("data", DataPosition(session)), Part("controllers", Controllers(session)),
+            Part("producer", session.producer), Part("learner", session.learner), *queue_part(session),
             *_EXTRA.get(session, {}).values(), Part("tracker", TrackerState(session)),
             Part("rng", RngState(), per_rank=True, file="rng_state_{rank}.pt")]
 
 
 def legacy_parts(saved: dict) -> dict:
-    """The parts of a format-1 trainer_state.json (flat keys, before the state protocol)."""
-    return {
-        "counters": {k: saved[k] for k in ("global_step", "rollouts_drawn", "updates_done", "skipped_groups")},
-        "run_plan": saved.get("run_plan"),
-        "data": {"loader": saved["loader"], "ptx_loader": saved.get("ptx_loader")},
-        "controllers": {"kl_ctl": saved["kl_ctl"], "reward_normalizer": saved.get("reward_normalizer")},
-        "tracker": {"step": saved["global_step"], "history": saved.get("history", [])},
-    }
+    """The parts of a format-1 or format-2 trainer_state.json in today's form (format 1: flat keys, before the
+    state protocol; format 2: counters, data and controllers, before the producer/learner split)."""
+    if "parts" in saved:
+        old = saved["parts"]
+    else:
+        old = {"counters": {k: saved[k] for k in ("global_step", "rollouts_drawn", "updates_done", "skipped_groups")},
+               "run_plan": saved.get("run_plan"),
+               "data": {"loader": saved["loader"], "ptx_loader": saved.get("ptx_loader")},
+               "controllers": {"kl_ctl": saved["kl_ctl"], "reward_normalizer": saved.get("reward_normalizer")},
+               "tracker": {"step": saved["global_step"], "history": saved.get("history", [])}}
+    counters, data, controllers = old["counters"], old["data"], old["controllers"]
+    return {**{k: v for k, v in old.items() if k not in ("counters", "data", "controllers")},
+            "counters": {"global_step": counters["global_step"]},
+            "producer": {"rollouts_drawn": counters["rollouts_drawn"], "skipped_groups": counters["skipped_groups"],
+                         "loader": data["loader"], "reward_normalizer": controllers.get("reward_normalizer")},
+            "learner": {"updates_done": counters["updates_done"], "kl_ctl": controllers["kl_ctl"],
+                        "ptx_loader": data.get("ptx_loader")}}
 
 
 def manifest(folder: Path, parts: list[Part], world: int) -> dict:

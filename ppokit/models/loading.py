@@ -354,9 +354,19 @@ def from_pretrained(auto_class: str, path: str, dtype, device, attn_implementati
     """
     import transformers
 
+    if torch.device(device).type == "meta":  # staged until its GPU is free (models/staging.py)
+        from ppokit.models.staging import load_on_meta
+
+        model = load_on_meta(path, dtype, attn_implementation)
+        if gradient_checkpointing:
+            enable_recompute(model)
+        return model
     kwargs = {"dtype": dtype}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
+    if zero3_config is None and torch.device(device).type == "cuda":
+        # straight onto the GPU: no float32 copy in host RAM on every rank first (docs/scaling.md, host RAM)
+        kwargs["device_map"] = torch.device(device)
     with zero3_loading(zero3_config):
         model = getattr(transformers, auto_class).from_pretrained(path, **kwargs)
     if zero3_config is None:

@@ -16,7 +16,7 @@ import torch
 
 from ppokit.rollout.agent_loop import final_answer, final_answers, one_turn
 
-__all__ = ["RolloutBatch", "build_batch", "concat_batches", "fill_in", "final_answer"]
+__all__ = ["RolloutBatch", "build_batch", "concat_batches", "final_answer"]
 
 
 @dataclass
@@ -52,6 +52,10 @@ class RolloutBatch:
     # (B, R) int64, partial_rollout: switch only: the policy version that sampled each response token (its row's
     # policy_version until the weights switched mid-generation; past the response, the row's last one)
     token_version: torch.Tensor | None = None
+    # which phases of `training.phases.PHASES` made this value (set by `phases.walk`), and the draw it came from:
+    # the rollout's serial number, one per batch, kept by every later phase (a batch is trained on once)
+    phases_done: tuple[str, ...] = ()
+    origin: int = -1
 
     def __post_init__(self):
         if self.loss_mask is None:
@@ -122,13 +126,6 @@ class RolloutBatch:
             elif isinstance(value, torch.Tensor) and value.dim() == 2 and f.name != "input_ids":
                 cut[f.name] = value[:, :last]
         return replace(self, prompt_len=self.prompt_len - first, **cut)
-
-
-def fill_in(batch: RolloutBatch, result: RolloutBatch) -> None:
-    """Copy a phase's result onto the batch a notebook holds, so `s.score(batch); s.update(batch)` reads
-    as in the docs. Only the Session's notebook methods call it; phases never change a batch they get."""
-    for f in fields(result):
-        setattr(batch, f.name, getattr(result, f.name))
 
 
 def build_batch(

@@ -1,35 +1,29 @@
-"""Build a Session's state from resolved arguments: one function per part, wired in `build_state`."""
+"""Build a Session's two sides (`training.sides`: Producer, Learner) from resolved arguments: one function per
+part, wired in `build_sides`."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from ppokit.algos import algorithm
-from ppokit.algos.kl import AdaptiveKL, FixedKL, make_kl_controller
+from ppokit.algos.kl import make_kl_controller
 from ppokit.args import (
-    Arguments,
-    BatchPlan,
     ConfigError,
-    RunPlan,
     batch_plan,
     check_hub_datasets,
     check_lengths,
     run_plan,
 )
 from ppokit.data import PromptLoader, choose_chat_template
-from ppokit.engine import DistInfo
 from ppokit.rollout import RolloutEngine
 from ppokit.tracking.console import quiet_hf_progress, set_quiet, stage
-from ppokit.training.batch import RolloutBatch
-from ppokit.training.critic import Critic
 from ppokit.training.engine_setup import choose_device, seed_everything, train_engine, zero_options
-from ppokit.training.forward import batched_logprobs
 from ppokit.training.model_setup import add_stop_token, configure_model
 from ppokit.training.normalize import RunningNormalizer
+from ppokit.training.sides import Learner, Producer, WeightHandoff
 from ppokit.training.threads import ThreadPolicy
 
 logger = logging.getLogger("ppokit")
@@ -48,41 +42,6 @@ class Policy:
 
 
 @dataclass
-class State:
-    """Everything a step needs. Counters here are saved in checkpoints."""
-
-    args: Arguments
-    dist: DistInfo
-    plan: BatchPlan
-    run: RunPlan
-    policy: Policy
-    rollout_engine: RolloutEngine
-    reward_fns: list
-    loader: PromptLoader
-    train_records: list[dict]
-    eval_records: list[dict]
-    kl_ctl: FixedKL | AdaptiveKL
-    logprob_batch_size: int
-    critic: Critic | None = None
-    reward_normalizer: RunningNormalizer | None = None
-    ptx_loss: Callable[[], tuple[torch.Tensor, dict[str, float]]] | None = None  # PTX term, `.loader` attached
-    agent: object | None = None  # rollout.agent_loop.AgentSpec of a multi_turn run (tools loaded), else None
-    rollouts_drawn: int = 0
-    updates_done: int = 0
-    skipped_groups: int = 0
-    applied_kl: dict = field(default_factory=dict)  # the KL keys the controller was last set from (training/live.py)
-    flat_steps: int = 0  # leading steps where every group's rewards were equal (training/live.py warns once)
-    notes: list[str] = field(default_factory=list)
-    threads: ThreadPolicy | None = None  # torch's thread count fitted to the free cores (CPU runs)
-
-    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """(B, R) reference log-probs: the frozen copy, or the actor with LoRA adapters disabled."""
-        p = self.policy
-        return batched_logprobs(p.reference, batch, self.logprob_batch_size, self.args.chunk_size, p.compute_dtype, p.device,
-                                batch.temperature)
-
-
-@dataclass
 class Actor:
     """The actor as loaded, before its optimizer exists: what the data and the rollout engine need first."""
 
@@ -97,7 +56,7 @@ class Actor:
 
 def load_actor(args, dist, plan, model=None, tokenizer=None) -> Actor:
     """Tokenizer (with the run's chat template) and the trainable model, on its device or, where a vLLM engine will
-    start on that GPU, on the CPU until then (`staging_device`, `place_actor`); no optimizer yet."""
+    start on that GPU, on the meta device until then (`staging_device`, `place_actor`); no optimizer yet."""
     from ppokit.models import (
         LoraSpec,
         attention_implementation,
@@ -137,9 +96,10 @@ def load_actor(args, dist, plan, model=None, tokenizer=None) -> Actor:
 
 
 def staging_device(args, device, plan) -> torch.device:
-    """Where the actor is loaded before the rollout engine exists: the CPU when a vLLM engine is about to start on
-    this GPU (it sizes itself from the free memory and refuses to start above ~0.6 of an 80 GB card with a 7B float32
-    actor already there; docs/scaling.md, start-up order), else `device`. ZeRO-3 actors load partitioned (a shard
+    """Where the actor is loaded before the rollout engine exists: the meta device (no storage, models/staging.py; the
+    CPU with LoRA) when a vLLM engine is about to start on this GPU (it sizes itself from the free memory and refuses
+    to start above ~0.6 of an 80 GB card with a 7B float32 actor already there; docs/scaling.md, start-up order),
+    else `device`. ZeRO-3 actors load partitioned (a shard
     per GPU), in place."""
     from ppokit.rollout.vllm_engine import vllm_available
     from ppokit.training.engine_setup import zero_options
@@ -147,11 +107,15 @@ def staging_device(args, device, plan) -> torch.device:
     wants_vllm = args.rollout_engine == "vllm" or (args.rollout_engine is None and args.use_fusemt)
     if device.type != "cuda" or not wants_vllm or not vllm_available() or zero_options(args)["zero_stage"] == 3:
         return device
-    return torch.device("cpu")
+    return torch.device("cpu") if args.lora_rank > 0 else torch.device("meta")  # meta: no host RAM (models/staging)
 
 
 def place_actor(actor: Actor) -> None:
-    """The actor on its training device (after the rollout engine started; a no-op where it was loaded there)."""
+    """The actor on its training device (after the rollout engine started; a no-op where it was loaded there): a
+    meta-staged actor reads its weights straight onto the device."""
+    from ppokit.models.staging import materialize
+
+    materialize(actor.model, actor.device)
     actor.model.to(actor.device)
 
 
@@ -258,10 +222,10 @@ def quiet_other_ranks(rank: int) -> None:
         logging.getLogger("ppokit").setLevel(logging.WARNING)
 
 
-def build_state(args, model=None, tokenizer=None, reward_functions=None) -> State:
-    """Everything a Session needs, built in dependency order: the data before the run plan, the run plan
-    before the optimizers (their schedules), the rollout engine before the optimizers and the reference (vLLM
-    sizes its memory from what is free when it starts)."""
+def build_sides(args, model=None, tokenizer=None, reward_functions=None) -> tuple[Producer, Learner]:
+    """(producer, learner), built in dependency order: the data before the run plan, the run plan before the
+    optimizers (their schedules), the rollout engine before the optimizers and the reference (vLLM sizes its
+    memory from what is free when it starts)."""
     from ppokit.args.cli import _ensure_log_handler
     from ppokit.engine import init_distributed
     from ppokit.rewards import build_reward_functions
@@ -274,48 +238,51 @@ def build_state(args, model=None, tokenizer=None, reward_functions=None) -> Stat
     with stage("starting the process group (DeepSpeed)"):
         dist = init_distributed()
     quiet_other_ranks(dist.rank)  # only rank 0 prints ppokit's info lines
-    plan = batch_plan(args, dist.world_size)
-    for note in plan.notes:  # e.g. the micro-batch capped at what a rank has
+    geometry = batch_plan(args, dist.world_size)
+    for note in geometry.notes:  # e.g. the micro-batch capped at what a rank has
         logger.info(note)
     seed_everything(args.seed)
-    actor = load_actor(args, dist, plan, model=model, tokenizer=tokenizer)
+    actor = load_actor(args, dist, geometry, model=model, tokenizer=tokenizer)
     with stage("reading the prompts"):
-        train, evals, loader = build_data(args, actor.tokenizer, plan)
-    run = run_plan(args, plan, len(loader))
-    logger.info("run plan: %s", run.describe())
+        train, evals, loader = build_data(args, actor.tokenizer, geometry)
+    plan = run_plan(args, geometry, len(loader))
+    logger.info("run plan: %s", plan.describe())
     fns = reward_functions if reward_functions is not None else build_reward_functions(args, train)
     if reward_functions is not None and not isinstance(fns, list):
         fns = [fns]
     fns = [normalize_reward_fn(f) for f in fns]
     rollout_engine = build_rollout_engine(args, actor, dist)  # vLLM first, on a GPU the actor does not use yet
     place_actor(actor)
-    policy = build_policy(args, actor, run)
-    logprob_bs = args.per_device_logprob_batch_size if args.per_device_logprob_batch_size > 0 else plan.micro_batch_size
-    state = State(args=args, dist=dist, plan=plan, run=run, policy=policy, rollout_engine=rollout_engine,
-                  reward_fns=fns, loader=loader, train_records=train, eval_records=evals,
-                  kl_ctl=make_kl_controller(args.kl_ctrl_type, args.kl_coeff, args.target_kl, args.kl_horizon),
-                  logprob_batch_size=logprob_bs,
-                  applied_kl={"kl_coeff": args.kl_coeff, "target_kl": args.target_kl, "kl_horizon": args.kl_horizon},
-                  threads=threads if policy.device.type == "cpu" else None)
+    policy = build_policy(args, actor, plan)
+    threads = threads if policy.device.type == "cpu" else None
+    handoff = WeightHandoff()
+    producer = Producer(args=args, dist=dist, plan=plan, tokenizer=policy.tokenizer, rollout_engine=rollout_engine,
+                        reward_fns=fns, loader=loader, train_records=train, eval_records=evals, threads=threads,
+                        eval_spec=(args.eval_datasets, args.eval_task_config),
+                        reward_normalizer=RunningNormalizer() if args.normalize_reward else None, handoff=handoff)
     if args.multi_turn:  # tools are loaded (and their files checked) before any model work
         from ppokit.rollout.agent_loop import agent_spec
 
-        state.agent = agent_spec(args, policy.tokenizer)
+        producer.agent = agent_spec(args, policy.tokenizer)
     elif args.tools or args.tool_config_path:
         logger.warning("tools / tool_config_path have no effect without multi_turn: true (rollouts stay single-turn)")
+    logprob_bs = args.per_device_logprob_batch_size if args.per_device_logprob_batch_size > 0 else \
+        geometry.micro_batch_size
+    learner = Learner(args=args, dist=dist, plan=plan, policy=policy, logprob_batch_size=logprob_bs, handoff=handoff,
+                      kl_ctl=make_kl_controller(args.kl_ctrl_type, args.kl_coeff, args.target_kl, args.kl_horizon),
+                      applied_kl={"kl_coeff": args.kl_coeff, "target_kl": args.target_kl, "kl_horizon": args.kl_horizon},
+                      threads=threads)
     if algorithm(args.rl_algorithm).needs_critic:
         from ppokit.training.critic import build_critic
 
         with stage("loading the critic"), quiet_hf_progress():
-            state.critic = build_critic(args, dist, run, policy)
-    if args.normalize_reward:
-        state.reward_normalizer = RunningNormalizer()
+            learner.critic = build_critic(args, dist, plan, policy)
     if args.ptx_coeff > 0:
         from ppokit.training.ptx import build_ptx_loss
 
         ptx_records, _, _ = build_data_split(args, policy.tokenizer, args.ptx_datasets, args.ptx_task_config)
-        state.ptx_loss = build_ptx_loss(args, policy, plan, ptx_records)
-    return state
+        learner.ptx_loss = build_ptx_loss(args, policy, geometry, ptx_records)
+    return producer, learner
 
 
 def build_rollout_engine(args, actor: Actor, dist) -> RolloutEngine:

@@ -88,9 +88,9 @@ def summarize(groups: dict, k: int) -> dict[str, float]:
     return out
 
 
-def eval_records(state, args) -> list[dict]:
+def eval_records(producer, args) -> list[dict]:
     """The eval prompts this evaluation uses: all of them, or `max_evaluate_steps` batches of them."""
-    records = state.eval_records
+    records = producer.eval_records
     if not records:
         raise ConfigError("evaluate() needs eval data: set eval_datasets (or eval_task_config)")
     per_call = max(1, args.per_device_eval_batch_size)
@@ -112,7 +112,7 @@ def eval_chunks(n_records: int, per_call: int, rank: int, world: int, balanced: 
     return mine
 
 
-def judge_batch(state, batch, start: int, chunk: list[dict], samples: list | None):
+def judge_batch(producer, batch, start: int, chunk: list[dict], samples: list | None):
     """([(task, (rewards, corrects, answers)) per prompt of the chunk], what the reward sources reported): the
     rows scored by training's rule (`phases.rewards_of`: final answers, the conversation, the tools' step rewards),
     then judged. A prompt with an unscored row (a reward source under reward_on_error: skip_group gave none) is
@@ -120,8 +120,8 @@ def judge_batch(state, batch, start: int, chunk: list[dict], samples: list | Non
     from ppokit.rewards.reports import take_reports
     from ppokit.training.phases import rewards_of
 
-    rewards, per_fn = rewards_of(state, batch)
-    reported, notes = take_reports(state.reward_fns, len(batch))  # e.g. the judge's counts, cost and verdicts
+    rewards, per_fn = rewards_of(producer, batch)
+    reported, notes = take_reports(producer.reward_fns, len(batch))  # e.g. the judge's counts, cost and verdicts
     reported = dict(reported)
     out = []
     for i in range(len(chunk)):
@@ -160,7 +160,7 @@ def eval_metric_names(reported: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def generate_and_judge(state, args, records: list[dict], samples: list | None = None):
+def generate_and_judge(producer, args, records: list[dict], samples: list | None = None):
     """({task: [(rewards, corrects, answers) per prompt]}, what the reward sources reported, summed over the
     generation calls) for `eval_rollout_n` responses per record.
 
@@ -177,17 +177,17 @@ def generate_and_judge(state, args, records: list[dict], samples: list | None = 
     per_call = max(1, args.per_device_eval_batch_size)
     n = max(1, args.eval_rollout_n)
     sampling = sampling_params(args, n=n, temperature=args.eval_temperature)
-    world, rank = world_size(), getattr(getattr(state, "dist", None), "rank", 0)
+    world = world_size()
     done = []  # (start, [(task, group)], samples)
-    chunks = eval_chunks(len(records), per_call, rank, world, balanced=getattr(args, "tensor_parallel_degree", 1) > 1)
+    chunks = eval_chunks(len(records), per_call, producer.dist.rank, world, balanced=args.tensor_parallel_degree > 1)
     bar = PhaseBar(sum(min(per_call, len(records) - s) for s, _ in chunks), "evaluating", "prompt",
-                   disable=rank != 0 or bool(getattr(args, "disable_tqdm", False)))
+                   disable=producer.dist.rank != 0 or bool(getattr(args, "disable_tqdm", False)))
     for start, keep in chunks:
         chunk = records[start : start + per_call]
         # a per-call seed: the engine samples from its own stream, the training RNG is left alone
-        batch = generate(state, chunk, replace(sampling, seed=args.seed + start), group_offset=start)
+        batch = generate(producer, chunk, replace(sampling, seed=args.seed + start), group_offset=start)
         rows = [] if samples is not None else None
-        judged, reported = judge_batch(state, batch, start, chunk, rows)
+        judged, reported = judge_batch(producer, batch, start, chunk, rows)
         if keep:
             done.append((start, judged, rows, reported))
         bar.update(len(chunk))
@@ -210,7 +210,7 @@ def generate_and_judge(state, args, records: list[dict], samples: list | None = 
     return groups, reported
 
 
-def evaluate(state, args, k: int | None = None, samples: list | None = None) -> dict[str, float]:
+def evaluate(producer, k: int | None = None, samples: list | None = None) -> dict[str, float]:
     """Generate `eval_rollout_n` responses per eval prompt (greedy when eval_temperature == 0) and score them.
 
     Returns eval/mean@n, eval/pass@1, eval/pass@k (k = `k` or n), eval/maj@n where the task verifier
@@ -220,16 +220,32 @@ def evaluate(state, args, k: int | None = None, samples: list | None = None) -> 
     eval/skipped_groups for prompts left unscored under reward_on_error: skip_group. `samples` rows carry each
     source's score (`reward/<name>`) and the judge's reasoning (`judge_verdict`).
     """
+    args = producer.args
     started = time.perf_counter()
-    records = eval_records(state, args)
-    if getattr(getattr(state, "dist", None), "rank", 0) == 0:
+    records = eval_records(producer, args)
+    if producer.dist.rank == 0:
         from ppokit.tracking.console import say
 
         say(f"evaluating: {len(records)} prompts x {max(1, args.eval_rollout_n)} answers "
             f"({'greedy' if args.eval_temperature == 0 else f'temperature {args.eval_temperature:g}'})")
-    groups, reported = generate_and_judge(state, args, records, samples)
+    groups, reported = generate_and_judge(producer, args, records, samples)
     metrics = summarize(groups, k or max(1, args.eval_rollout_n))
     metrics.update(eval_metric_names(reported))
     metrics["eval/prompts"] = float(len(records))
     metrics["timing/eval_s"] = time.perf_counter() - started
     return metrics
+
+
+def reload_eval_data(producer) -> None:
+    """eval_datasets / eval_task_config changed since the producer's eval set was built: load and encode them now
+    (prompts of the training set are left out, as at the start)."""
+    args = producer.args
+    spec = (args.eval_datasets, args.eval_task_config)
+    if producer.eval_spec is None or spec == producer.eval_spec:  # None: an evaluation-only producer
+        return
+    from ppokit.training.build import build_data_split
+
+    records, _, _ = build_data_split(args, producer.tokenizer, *spec)
+    train = {r["_prompt_text"] for r in producer.train_records}
+    producer.eval_records = [r for r in records if r["_prompt_text"] not in train]
+    producer.eval_spec = spec

@@ -1,7 +1,9 @@
 """Live keys reach the objects built from them: a notebook's `s.args.learning_rate = 0.0` (or kl_coeff,
 target_kl, kl_loss_coeff from 0) between steps changes the next phase, never only the arguments.
 
-`sync_live(state, args)` runs at the start of every phase; it is cheap and does nothing when nothing changed.
+`sync_live(learner, args)` runs once per walk of the phases, before the learner's first phase and on the learner's
+thread (`Learner.apply_live`, `training.phases.walk`); it is cheap and does nothing when nothing changed. The
+producer's live keys (temperature, top_p, ...) are read by its rollout when it starts.
 Which keys are live, restart or derived is `ppokit.args.liveness`'s table.
 """
 
@@ -12,7 +14,7 @@ import logging
 logger = logging.getLogger("ppokit")
 
 
-def sync_live(state, args) -> None:
+def sync_live(state, args) -> None:  # state: the Learner
     """Carry the live keys edited since the last phase into the optimizers, the KL controller and the models."""
     set_base_lr(state.policy.engine, args.learning_rate)
     if state.critic is not None:
@@ -39,16 +41,16 @@ def follow_taken_steps(session) -> None:
     from ppokit.args.run_plan import follow_taken
     from ppokit.engine.schedule import retarget
 
-    state = session.state
-    scheduler = getattr(state.policy.engine, "lr_scheduler", None)
+    learner = session.learner
+    scheduler = getattr(learner.policy.engine, "lr_scheduler", None)
     if scheduler is None or not hasattr(scheduler, "lr_lambdas"):
         return
-    plan = follow_taken(state.run, scheduler.last_epoch, session.global_step)
-    if plan is state.run:
+    plan = follow_taken(learner.plan, scheduler.last_epoch, session.global_step)
+    if plan is learner.plan:
         return
-    state.run = session.plan = plan
+    learner.plan = session.producer.plan = plan  # one plan, read by both sides (between steps: no thread runs)
     retarget(scheduler, plan.actor_schedule.spec())
-    critic = getattr(getattr(state.critic, "engine", None), "lr_scheduler", None)
+    critic = getattr(getattr(learner.critic, "engine", None), "lr_scheduler", None)
     if critic is not None and hasattr(critic, "lr_lambdas"):
         retarget(critic, plan.critic_schedule.spec())
     logger.info("the run plan follows the optimizer steps taken by hand: %s", plan.describe())

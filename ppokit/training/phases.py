@@ -1,23 +1,28 @@
-"""The step's phases, each a function from values to values.
+"""The step's phases, each a function from values to values, and the one ordered list of them.
 
-    batch = rollout(state, args)                    # draw prompts, generate (the one rollout; policy_version)
-    batch = score(state, args, batch)               # + scores, reward_terms (the one scoring rule)
-    batch = dynamic_sampling(state, args, batch)    # DAPO: drop flat groups, draw more until full (off: unchanged)
+    PHASES (in this order; `walk` runs them, nothing else decides the order):
+    rollout           producer  draw prompts, generate (the one rollout; each row tagged with its policy_version)
+    score             producer  + scores, reward_terms (the one scoring rule)
+    dynamic_sampling  producer  DAPO: drop flat groups, draw more until full (off: unchanged)
     -- produce above, consume below: the seam an asynchronous trainer puts its queue in --
-    batch = with_logprobs(state, args, batch)       # reference/old log-probs, values under the trainer's weights
-    batch = advantages(state, args, batch)          # + token_rewards, advantages, returns
-    metrics = update(state, args, batch)            # optimizer steps and the rollout weight sync
+    with_logprobs     learner   reference/old log-probs, values under the trainer's weights
+    advantages        learner   + token_rewards, advantages, returns
+    update            learner   optimizer steps, KL controller, the weights published to the producer
 
-Each returns a new `RolloutBatch` (the one it was given is left as it was) and raises a clear error when
-its predecessor has not run; the order is decided in `Session.step` alone. `state` holds the models and
-counters the phases advance (draws, updates, skipped groups).
+Each phase takes the side that owns what it reads and writes (`training.sides`: Producer, Learner) and returns a
+new `RolloutBatch` (the one it was given is left as it was; `update` returns the step's metrics). `walk(producer,
+learner, batch, upto)` runs every phase after the last one the batch has been through (`batch.phases_done`) up to
+`upto`, each once: `Session.produce`/`consume` and the notebook's `s.rollout()`, `s.score(b)`,
+`s.compute_advantages(b)`, `s.update(b)` are all walks to a phase. Live edits reach the learner once per walk,
+before its first phase, on the learner's thread (`Learner.apply_live`).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -31,7 +36,7 @@ from ppokit.training.advantage import with_advantages
 from ppokit.training.batch import RolloutBatch, build_batch, concat_batches
 from ppokit.training.critic import critic_update
 from ppokit.training.forward import batched_logprobs
-from ppokit.training.live import sync_live, warn_flat_groups
+from ppokit.training.live import warn_flat_groups
 from ppokit.training.metrics import all_ranks_min, over_ranks
 from ppokit.training.threads import fit_threads
 from ppokit.training.update import LossConfig
@@ -52,7 +57,7 @@ def sampling_params(args, n: int | None = None, temperature: float | None = None
     )
 
 
-def generate(state, records: list[dict], sampling: SamplingParams, group_offset: int) -> RolloutBatch:
+def generate(producer, records: list[dict], sampling: SamplingParams, group_offset: int) -> RolloutBatch:
     """Generate `sampling.n` responses for each record (already encoded) through the one rollout
     (`rollout.agent_loop.rollout`: single-turn is its one-turn, no-tool case) and assemble the batch."""
     from ppokit.data.verl_rows import row_is_multi_turn, tools_kwargs_of
@@ -60,12 +65,12 @@ def generate(state, records: list[dict], sampling: SamplingParams, group_offset:
 
     prompt_ids = [r["_prompt_ids"] for r in records]
     texts = [r["_prompt_text"] for r in records]
-    version = getattr(state, "updates_done", 0)  # before generating: a partial rollout's update may end meanwhile
-    out = run_rollout(state.rollout_engine, state.policy.tokenizer, prompt_ids, sampling, getattr(state, "agent", None),
+    version = producer.policy_version  # before generating: a partial rollout's update may end meanwhile
+    out = run_rollout(producer.rollout_engine, producer.tokenizer, prompt_ids, sampling, producer.agent,
                       [row_is_multi_turn(r) for r in records], [tools_kwargs_of(r) for r in records])
     batch = build_batch(
         records, prompt_ids, texts, out.prompt_index, out.response_ids, out.finish_reasons,
-        state.policy.tokenizer, rollout_logprobs=out.logprobs, group_offset=group_offset,
+        producer.tokenizer, rollout_logprobs=out.logprobs, group_offset=group_offset,
         loss_masks=out.loss_mask, turns=out.turns, answers=out.answers, score_fields=out.score_fields,
         rollout_rewards=out.rollout_rewards, policy_version=version, token_switches=out.token_switches,
     )
@@ -73,35 +78,39 @@ def generate(state, records: list[dict], sampling: SamplingParams, group_offset:
                    stats={**batch.stats, **out.stats})
 
 
-def draw_local_prompts(state) -> tuple[list[dict], int]:
+def draw_local_prompts(producer) -> tuple[list[dict], int]:
     """This rank's share of the step's prompts (whole groups per rank) and its group-id offset."""
-    records = state.loader.next_batch()  # gen_prompts_per_step: more than kept under dynamic sampling
-    per_rank = state.plan.gen_prompts_per_step // state.plan.world_size
-    rank = state.dist.rank
-    offset = state.rollouts_drawn * state.plan.gen_prompts_per_step + rank * per_rank
-    state.rollouts_drawn += 1
+    geometry = producer.plan.batch
+    records = producer.loader.next_batch()  # gen_prompts_per_step: more than kept under dynamic sampling
+    per_rank = geometry.gen_prompts_per_step // geometry.world_size
+    rank = producer.dist.rank
+    offset = producer.rollouts_drawn * geometry.gen_prompts_per_step + rank * per_rank
+    producer.rollouts_drawn += 1
     return records[rank * per_rank : (rank + 1) * per_rank], offset
 
 
-def rollout(state, args) -> RolloutBatch:
-    """Draw the step's prompts and generate; no log-probs, no scores (`with_logprobs`, `score` follow)."""
+def rollout(producer) -> RolloutBatch:
+    """Draw the step's prompts and generate; no log-probs, no scores (`score`, `with_logprobs` follow). The
+    batch's `origin` is its draw's serial number."""
     started = time.perf_counter()
-    sync_live(state, args)
-    threads = fit_threads(state, "rollout")
-    records, offset = draw_local_prompts(state)
-    batch = generate(state, records, sampling_params(args), offset)
-    return replace(batch, stats={**batch.stats, **threads, "timing/rollout_s": time.perf_counter() - started})
+    threads = fit_threads(producer, "rollout")
+    origin = producer.rollouts_drawn
+    records, offset = draw_local_prompts(producer)
+    batch = generate(producer, records, sampling_params(producer.args), offset)
+    return replace(batch, origin=origin,
+                   stats={**batch.stats, **threads, "timing/rollout_s": time.perf_counter() - started})
 
 
-def dynamic_sampling(state, args, batch: RolloutBatch) -> RolloutBatch:
+def dynamic_sampling(producer, batch: RolloutBatch) -> RolloutBatch:
     """DAPO's filter (a phase after `score`; the batch unchanged when `dynamic_sampling` is off): drop the groups
     whose rewards are all equal, then draw, generate and score more prompts until the step has
     `prompts_per_rank` groups; the extra rounds' time counts in timing/rollout_s. Counts: groups/dropped_zero_std,
     groups/gen_rounds. A collective per round (every rank draws as often, so the loaders stay in step)."""
+    args = producer.args
     if not args.dynamic_sampling:
         return batch
     started = time.perf_counter()
-    need = state.plan.prompts_per_rank
+    need = producer.plan.batch.prompts_per_rank
     kept: list[RolloutBatch] = []
     have, dropped, rounds, part = 0, 0, 1, batch
     while True:
@@ -120,57 +129,59 @@ def dynamic_sampling(state, args, batch: RolloutBatch) -> RolloutBatch:
                 "prompt groups had rewards that differ; raise max_gen_batches, make the task easier/harder, "
                 "or turn dynamic_sampling off"
             )
-        part = score(state, args, rollout(state, args))
-    out = concat_batches(kept, state.policy.tokenizer)
+        part = score(producer, rollout(producer))
+    out = concat_batches(kept, producer.tokenizer)
     groups = torch.unique_consecutive(out.group_ids)[:need]
     out = out.select(torch.isin(out.group_ids, groups).nonzero().squeeze(1))
     spent = batch.stats.get("timing/rollout_s", 0.0) + time.perf_counter() - started
-    return replace(out, stats={**out.stats, "timing/rollout_s": spent, "groups/dropped_zero_std": float(dropped),
+    return replace(out, origin=batch.origin, stats={**out.stats, "timing/rollout_s": spent,
+                                                     "groups/dropped_zero_std": float(dropped),
                                "groups/gen_rounds": float(rounds)})
 
 
-def with_logprobs(state, args, batch: RolloutBatch) -> RolloutBatch:
+def with_logprobs(learner, batch: RolloutBatch) -> RolloutBatch:
     """Reference log-probs (KL), old log-probs (several updates per rollout, or KL in reward), values (PPO), all
     under the trainer's weights now (the consuming half of the step: an asynchronous batch gets them from the
     weights it trains, its producer's own log-probs are `rollout_logprobs`)."""
-    policy, mbs = state.policy, state.logprob_batch_size
+    args, policy, mbs = learner.args, learner.policy, learner.logprob_batch_size
     found: dict = {}
     started = time.perf_counter()
     if args.needs_reference:
-        found["ref_logprobs"] = state.reference_logprobs(batch)
+        found["ref_logprobs"] = learner.reference_logprobs(batch)
     ref_s = time.perf_counter() - started
     started = time.perf_counter()
-    several_updates = state.plan.optimizer_steps_per_rollout > 1
+    several_updates = learner.plan.batch.optimizer_steps_per_rollout > 1
     if several_updates or (args.use_kl_in_reward and args.kl_coeff > 0):
         found["old_logprobs"] = batched_logprobs(policy.engine.module, batch, mbs, args.chunk_size,
                                                  policy.compute_dtype, policy.device, batch.temperature)
-    if state.critic is not None:
-        found["values"] = state.critic.values(batch)
+    if learner.critic is not None:
+        found["values"] = learner.critic.values(batch)
     stats = {**batch.stats, "timing/ref_s": ref_s, "timing/old_logprob_s": time.perf_counter() - started}
     return replace(batch, **found, stats=stats)
 
 
-def rewards_of(state, batch: RolloutBatch):
+def rewards_of(producer, batch: RolloutBatch):
     """(total, per_fn) of the batch's rows by the one scoring rule (`ppokit.rewards.score_responses`), the rule
     evaluation uses too: final answers, the rollout's extra fields and its own reward terms."""
-    return score_responses(state.reward_fns, batch.prompt_texts, batch.response_texts, batch.records,
+    return score_responses(producer.reward_fns, batch.prompt_texts, batch.response_texts, batch.records,
                            batch.score_fields, batch.rollout_rewards)
 
 
-def score(state, args, batch: RolloutBatch) -> RolloutBatch:
+def score(producer, batch: RolloutBatch) -> RolloutBatch:
     """The batch with scores (B,): combined rewards, DAPO overlong shaping, clipping, normalisation.
 
     Groups whose reward the reward server could not give are dropped (counted in reward/skipped_groups), and
     ranks are kept at one batch size (`drop_failed_groups`).
     """
+    args = producer.args
     started = time.perf_counter()
-    total, per_fn = rewards_of(state, batch)
-    reported, notes = take_reports(state.reward_fns, len(batch))  # the judge's counts, cost and verdicts
+    total, per_fn = rewards_of(producer, batch)
+    reported, notes = take_reports(producer.reward_fns, len(batch))  # the judge's counts, cost and verdicts
     batch = replace(batch, reward_notes=notes)
     balanced = 0
     # a collective under skip_group, which every rank takes (NaN rewards come only from skip_group's reward sources)
     if args.reward_on_error == "skip_group" or torch.isnan(total).any():
-        batch, total, per_fn, balanced = drop_failed_groups(state, args, batch, total, per_fn)
+        batch, total, per_fn, balanced = drop_failed_groups(producer, batch, total, per_fn)
     if args.enable_overlong_reward_buffer:
         penalty = overlong_penalty(batch.model_lengths,  # the policy's own tokens, not tool results
                                    args.max_dec_len, args.overlong_reward_buffer,
@@ -178,17 +189,17 @@ def score(state, args, batch: RolloutBatch) -> RolloutBatch:
         per_fn["overlong"] = penalty
         total = total + penalty
     stats = {**batch.stats, **reported, "reward/raw_mean": float(total.mean())}
-    if args.normalize_reward and state.reward_normalizer is not None:
-        total = state.reward_normalizer(total)  # PaddleNLP normalises first, then clips
+    if args.normalize_reward and producer.reward_normalizer is not None:
+        total = producer.reward_normalizer(total)  # PaddleNLP normalises first, then clips
     total = total.clamp(-args.clip_range_score, args.clip_range_score)
-    stats["reward/skipped_groups"] = float(state.skipped_groups)
+    stats["reward/skipped_groups"] = float(producer.skipped_groups)
     if balanced:
         stats["reward/groups_dropped_to_balance_ranks"] = float(balanced)
     stats["timing/reward_s"] = time.perf_counter() - started
     return replace(batch, scores=total, reward_terms=per_fn, stats=stats)
 
 
-def drop_failed_groups(state, args, batch: RolloutBatch, total: torch.Tensor, per_fn: dict):
+def drop_failed_groups(producer, batch: RolloutBatch, total: torch.Tensor, per_fn: dict):
     """(batch, total, per_fn, groups dropped for balance) without the groups holding a NaN reward, then cut to as
     many groups as the rank that kept fewest (a collective).
 
@@ -198,11 +209,12 @@ def drop_failed_groups(state, args, batch: RolloutBatch, total: torch.Tensor, pe
     then exactly a smaller step, with nothing in any denominator, reward statistic or normaliser that was not
     scored. When every group of some rank failed, every rank raises the same error (none waits for it).
     """
+    args = producer.args
     keep = torch.ones_like(total, dtype=torch.bool)
     n_skipped = 0
     if torch.isnan(total).any():
         keep, n_skipped = skipped_groups(total, args.rollout_n)
-        state.skipped_groups += n_skipped
+        producer.skipped_groups += n_skipped
     groups = int(keep.sum()) // args.rollout_n
     target = all_ranks_min(groups)
     if target == 0:
@@ -218,35 +230,122 @@ def drop_failed_groups(state, args, batch: RolloutBatch, total: torch.Tensor, pe
     return batch.select(index), total[index], {k: v[index] for k, v in per_fn.items()}, groups - target
 
 
-def advantages(state, args, batch: RolloutBatch) -> RolloutBatch:
+def advantages(learner, batch: RolloutBatch) -> RolloutBatch:
     """The batch with token_rewards, advantages and returns per rl_algorithm (β from the KL controller)."""
-    sync_live(state, args)
-    warn_flat_groups(state, args, batch)
-    return with_advantages(batch, args, state.kl_ctl.value)
+    warn_flat_groups(learner, learner.args, batch)
+    return with_advantages(batch, learner.args, learner.kl_ctl.value)
 
 
-def update(state, args, batch: RolloutBatch) -> dict[str, float]:
-    """Critic and actor optimizer steps on the batch, KL controller update, rollout weight sync."""
+def update(learner, batch: RolloutBatch) -> dict[str, float]:
+    """Critic and actor optimizer steps on the batch, KL controller update, the new weights published."""
+    args, geometry = learner.args, learner.plan.batch
     if batch.advantages is None:
         raise ValueError("the update needs advantages: run Session.compute_advantages(batch) first.")
     started = time.perf_counter()
-    sync_live(state, args)
-    metrics: dict[str, float] = fit_threads(state, "update")
+    metrics: dict[str, float] = fit_threads(learner, "update")
     cfg = LossConfig.from_args(args)  # once per step: a notebook may have changed args since the last one
-    if state.critic is not None:
-        metrics.update(critic_update(state.critic, batch, cfg, state.plan))
-    if state.updates_done >= args.critic_warmup_steps or state.critic is None:
-        metrics.update(actor_update(state.policy, batch, cfg, state.plan, extra_loss=state.ptx_loss))
-        state.rollout_engine.update_weights(state.policy.engine.module)
-    state.updates_done += 1
+    if learner.critic is not None:
+        metrics.update(critic_update(learner.critic, batch, cfg, geometry))
+    actor_trains = learner.updates_done >= args.critic_warmup_steps or learner.critic is None
+    if actor_trains:
+        metrics.update(actor_update(learner.policy, batch, cfg, geometry, extra_loss=learner.ptx_loss))
+    learner.updates_done += 1
+    learner.publish(weights_changed=actor_trains)  # version updates_done; the producer pulls it between batches
     key = "kl/seq_kl_mean" if "kl/seq_kl_mean" in batch.stats else "actor/kl"  # target_kl is per response
     observed, n = over_ranks(key, batch.stats.get(key, metrics.get(key)), len(batch))  # one beta on all ranks
     if observed is not None and math.isfinite(observed):
-        state.kl_ctl.update(observed, n)
+        learner.kl_ctl.update(observed, n)
     metrics["timing/update_s"] = time.perf_counter() - started
     return metrics
 
 
-__all__ = ["rollout", "score", "dynamic_sampling", "with_logprobs", "advantages", "update", "sampling_params",
-           "generate", "rewards_of"]
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    side: str  # "producer" or "learner": whose objects it reads and advances
+    run: Callable
 
+
+PHASES = (
+    Phase("rollout", "producer", lambda producer, batch: rollout(producer)),
+    Phase("score", "producer", score),
+    Phase("dynamic_sampling", "producer", dynamic_sampling),
+    Phase("with_logprobs", "learner", with_logprobs),
+    Phase("advantages", "learner", advantages),
+    Phase("update", "learner", update),
+)
+NAMES = tuple(p.name for p in PHASES)
+PRODUCED = "dynamic_sampling"  # the last producer phase: a batch past it is what `produce` hands over
+
+
+def done_through(batch: RolloutBatch | None) -> int:
+    """Index in PHASES of the last phase `batch` has been through (-1: none). A batch saved before phases were
+    recorded (an older checkpoint's queue) counts as produced when it has scores."""
+    if batch is None:
+        return -1
+    if batch.phases_done:
+        return NAMES.index(batch.phases_done[-1])
+    return NAMES.index(PRODUCED) if batch.scores is not None else 0
+
+
+def walk(producer, learner, batch: RolloutBatch | None, upto: str):
+    """(batch, metrics): `batch` taken through every phase after the last one it has been through, up to `upto`
+    (each once, in PHASES' order); metrics are the update's, or None when the walk stops before it."""
+    if upto not in NAMES:
+        raise ValueError(f"no phase {upto!r}; the phases are {', '.join(NAMES)}")
+    metrics, live_applied = None, False
+    for phase in PHASES[done_through(batch) + 1 : NAMES.index(upto) + 1]:
+        side = producer if phase.side == "producer" else learner
+        if phase.side == "learner" and not live_applied:
+            learner.apply_live()  # once per walk, before the learner's first phase, on the learner's thread
+            live_applied = True
+        out = phase.run(side, batch)
+        if phase.name == "update":
+            metrics = out
+            out = batch
+        batch = replace(out, phases_done=(*batch.phases_done, phase.name) if batch is not None else (phase.name,),
+                        origin=out.origin if batch is None else batch.origin)
+    return batch, metrics
+
+
+class Ledger:
+    """A Session's record of the batches it walked: the newest value made from each draw (`batch.origin`), so a
+    notebook holding the first value still reaches the scored one, and the draws already trained on (once each)."""
+
+    def __init__(self, keep: int = 4):
+        self.latest: dict[int, RolloutBatch] = {}
+        self.consumed: set[int] = set()
+        self.keep = keep
+
+    def newest(self, batch):
+        """The newest value made from `batch`: one a later phase made, else `batch` itself (also a value the
+        caller made from it by hand, e.g. with other advantages, and anything that is not a tracked batch)."""
+        if not isinstance(batch, RolloutBatch) or batch.origin < 0:  # (an older checkpoint's queue: no origin)
+            return batch
+        known = self.latest.get(batch.origin)
+        return known if known is not None and done_through(known) > done_through(batch) else batch
+
+    def walk(self, producer, learner, batch: RolloutBatch | None, upto: str, call: str = "walk"):
+        """`walk` from the newest value of `batch`; a second update of one draw is refused with a sentence, and so
+        is something else than a batch (None, a list, a dict) given to a method named `call`."""
+        from ppokit.errors import PpokitError
+
+        if call != "walk" and not isinstance(batch, RolloutBatch):
+            raise PpokitError(f"{call}() needs the batch that rollout() returned, got {type(batch).__name__}: "
+                              f"batch = s.rollout(); s.{call}(batch)")
+        batch = self.newest(batch)
+        if upto == "update" and batch is not None and batch.origin in self.consumed:
+            raise PpokitError("this batch was trained on already (an update consumes it once): draw a new one, "
+                              "batch = s.rollout(), or call s.step()")
+        metrics = None
+        if batch is None or NAMES.index(upto) > done_through(batch):
+            batch, metrics = walk(producer, learner, batch, upto)
+        if batch.origin >= 0:
+            self.latest = {**dict(list(self.latest.items())[1 - self.keep:]), batch.origin: batch}
+            if metrics is not None:
+                self.consumed.add(batch.origin)
+        return batch, metrics
+
+
+__all__ = ["PHASES", "Ledger", "walk", "rollout", "score", "dynamic_sampling", "with_logprobs", "advantages", "update",
+           "sampling_params", "generate", "rewards_of"]

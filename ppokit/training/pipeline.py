@@ -50,10 +50,14 @@ class RolloutPipeline:
         self.partial_rollout, self.switch_token = partial_rollout, switch_token
         self.switch: WeightSwitch | None = None  # set by `threaded_engine` when the engine takes one
 
-    def next_batch(self, produce: Callable[[], RolloutBatch]) -> RolloutBatch:
+    def next_batch(self, produce: Callable[[], RolloutBatch], pull: Callable[[], int] | None = None) -> RolloutBatch:
         """Fill the queue up to batch `consumed + k` with `produce` (the current weights), then hand out the oldest.
-        Threaded: up to `consumed + k - 1` here, batch `consumed + k` in the worker while this batch trains."""
+        Threaded: up to `consumed + k - 1` here, batch `consumed + k` in the worker while this batch trains.
+        `pull` (the weight hand-off's producer side) runs here, between batches, on this thread: never in the worker,
+        which would otherwise race the learner's next publish."""
         self.wait()
+        if pull is not None:
+            pull()
         ahead = self.staleness - 1 if self.threaded else self.staleness
         while self.produced <= self.consumed + ahead:
             self.queue.append(produce())

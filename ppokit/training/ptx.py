@@ -15,6 +15,7 @@ from ppokit.engine import world_size
 from ppokit.models.loading import autocast_context
 from ppokit.training.device import to_model_device
 from ppokit.training.forward import position_ids
+from ppokit.training.lm_head import chunked_head_logprobs, head_skipped, split_head
 
 
 def ptx_tensors(records: list[dict], tokenizer, max_length: int | None = None):
@@ -42,14 +43,26 @@ def ptx_tensors(records: list[dict], tokenizer, max_length: int | None = None):
 
 
 def ptx_nll(module, records, tokenizer, chunk_size, compute_dtype, device, max_length=None) -> torch.Tensor:
-    """Mean token NLL of the records' targets given their prompts (differentiable, a 0-d tensor)."""
+    """Mean token NLL of the records' targets given their prompts (differentiable, a 0-d tensor).
+
+    The model's forward gives hidden states (its LM head passed through, `head_skipped`) and the head runs on the
+    N target positions only, `chunk_size` at a time (`chunked_head_logprobs`): never the (B, L, V) logits, which
+    for 8 x 2048 tokens of a 152k vocabulary are ~10 GB in float32. Models whose logits are more than
+    `head(hidden)` (`split_head` is None) build the logits, and only the target positions' reach the log-softmax.
+    """
     ids, att, tmask = ptx_tensors(records, tokenizer, max_length)
     ids, att, tmask = to_model_device((ids, att, tmask), device)
-    with autocast_context(compute_dtype, device):
-        logits = module(input_ids=ids, attention_mask=att, position_ids=position_ids(att), use_cache=False).logits
-    logp = token_logprobs(logits[:, :-1], ids[:, 1:], chunk_size=chunk_size)
-    mask = tmask[:, 1:]
-    return -(logp.float() * mask).sum() / mask.sum().clamp_min(1)
+    targets = tmask[:, 1:].bool()  # (B, L-1): the positions whose next token is a target token
+    labels = ids[:, 1:][targets][None]  # (1, N)
+    head = split_head(module)
+    with autocast_context(compute_dtype, device), head_skipped(head):
+        out = module(input_ids=ids, attention_mask=att, position_ids=position_ids(att), use_cache=False).logits
+    kept = out[:, :-1][targets][None]  # (1, N, H) hidden states, or (1, N, V) logits without a split head
+    if head is not None:
+        logp, _ = chunked_head_logprobs(head, kept, labels, chunk_size, "none", 1.0, compute_dtype, device)
+    else:
+        logp = token_logprobs(kept, labels, chunk_size=chunk_size)
+    return -logp.float().sum() / targets.sum().clamp_min(1)
 
 
 def build_ptx_loss(args, policy, plan, records: list[dict]):

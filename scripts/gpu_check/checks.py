@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 
 import torch
-
-BF16_PEAK_FLOPS = 790e12  # H200 dense bf16, what the roofline figures are a share of
-HBM_BYTES_PER_S = 4.3e12
 
 
 class Skip(Exception):
@@ -142,76 +138,31 @@ def greedy_loop_equals_generate():
     return f"{len(prompts)} prompts x {T} tokens equal ({device.type})", {"tokens": int(T)}
 
 
-def sdpa_kernels():
-    """SDPA's flash and memory-efficient kernels run for bf16 causal attention of the shapes training uses."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    device = needs_cuda()
-    q, k, v = (torch.randn(4, 14, 512, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
-    out = {}
-    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
-        with sdpa_kernel([backend]):
-            out[name] = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    diff = float((out["flash"].float() - out["efficient"].float()).abs().max())
-    assert diff < 2e-2, f"flash vs efficient differ by {diff}"
-    return f"both ran; max |flash - efficient| {diff:.1e}", {"flash_vs_efficient": diff}
+# a CPU trial tries the GPU items' code on a small model of the bundled config's family (minutes become seconds)
+TRIAL_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=16)
 
 
-def roofline(config_path: str, shapes: dict):
-    """Decode tokens/s (32 rows, one token each, against the weights-read bound) and train tokens/s (forward +
-    backward of 8 x 512 tokens, against the bf16 peak) for models built from configs (random weights)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    device = needs_cuda()
-    figures, details = {}, []
-    for name, overrides in shapes.items():
-        config = AutoConfig.from_pretrained(config_path, **overrides)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to(device)
-        n = sum(p.numel() for p in model.parameters())
-        ids = torch.randint(0, config.vocab_size, (8, 512), device=device)
-        for _ in range(2):  # warm-up, then timed
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            model(input_ids=ids, labels=ids).loss.backward()
-            torch.cuda.synchronize()
-            train_s = time.perf_counter() - t
-        model.zero_grad(set_to_none=True)
-        step = torch.randint(0, config.vocab_size, (32, 1), device=device)
-        with torch.no_grad():
-            model(input_ids=step)
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(20):
-                model(input_ids=step)
-            torch.cuda.synchronize()
-            decode_s = (time.perf_counter() - t) / 20
-        train_tps, decode_tps = ids.numel() / train_s, 32 / decode_s
-        figures[name] = {"params": n, "train_tokens_per_s": train_tps, "decode_tokens_per_s": decode_tps,
-                         "train_share_of_bf16_peak": 6 * n * train_tps / BF16_PEAK_FLOPS,
-                         "decode_share_of_bandwidth": 2 * n / decode_s / HBM_BYTES_PER_S}
-        details.append(f"{name} train {train_tps:,.0f} tok/s ({figures[name]['train_share_of_bf16_peak']:.0%}), "
-                       f"decode {decode_tps:,.0f} tok/s ({figures[name]['decode_share_of_bandwidth']:.0%})")
-        del model
-        torch.cuda.empty_cache()
-    return "; ".join(details), figures
-
-
-def random_model_folder(model_dir: str, dest) -> str:
-    """A folder with the bundled model's config and tokenizer and random weights built from that config."""
+def random_model_folder(model_dir: str, dest, config=None) -> str:
+    """A folder with the bundled model's tokenizer and random weights built from `config` (default: the bundled
+    model's, shrunk to TRIAL_SHAPE in a CPU trial)."""
     import shutil
     from pathlib import Path
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
     dest = Path(dest)
-    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir)).save_pretrained(dest)
+    config = config or AutoConfig.from_pretrained(model_dir, **(TRIAL_SHAPE if cpu_trial() else {}))
+    AutoModelForCausalLM.from_config(config).save_pretrained(dest)
     for f in Path(model_dir).iterdir():
         if f.name != "config.json":
             shutil.copy(f, dest / f.name)
     return str(dest)
 
 
-def grpo_session(model_dir: str, work, **extra):
+def grpo_session(model_dir: str, work, config=None, prompt_tokens: int = 0, **extra):
+    """A GRPO Session on a random model (`random_model_folder`) over 64 arithmetic prompts, each padded with numbers
+    to about `prompt_tokens` tokens when given; `extra` replaces the keys below."""
     import json
     from pathlib import Path
 
@@ -222,43 +173,181 @@ def grpo_session(model_dir: str, work, **extra):
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     data = work / "train.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"What is {i} + {i + 3}?"}) for i in range(64)) + "\n")
-    keys = dict(actor_model_name_or_path=random_model_folder(model_dir, work / "model"), train_datasets=str(data),
+    filler = long_prompt_filler(model_dir, prompt_tokens) if prompt_tokens else ""
+    data.write_text("\n".join(json.dumps({"prompt": f"{filler}What is {i} + {i + 3}?"}) for i in range(64)) + "\n")
+    folder = random_model_folder(model_dir, work / "model", config)
+    keys = dict(actor_model_name_or_path=folder, train_datasets=str(data),
                 rl_algorithm="grpo", global_batch_size=8, rollout_n=4, global_mini_batch_size=8,
                 per_device_train_batch_size=8, max_dec_len=32, max_prompt_len=64, max_length=96, max_steps=4,
                 bf16=True, kl_loss_coeff=0.01, rollout_engine="hf", output_dir=str(work / "out"),
                 logging_dir=str(work / "vdl"), report_to=["none"], disable_tqdm=True, save_strategy="no",
                 logging_steps=1, seed=1)
+    if extra.get("rl_algorithm") == "ppo":  # the critic starts from the actor's weights (a value head added)
+        keys.update(critic_model_name_or_path=keys["actor_model_name_or_path"], kl_loss_coeff=0.0)
     keys.update(extra)
     return Session(load_arguments(None, overrides=keys), reward_functions=[distinct_chars])
 
 
-def grpo_hf_steps(model_dir: str, work):
-    """4 GRPO steps (bundled model's shape, random weights, bf16, KL loss) with the hf engine: KL 0 at step 0, the
-    rollout/trainer log-prob difference small, every loss finite."""
-    needs_cuda()
-    s = grpo_session(model_dir, work)
-    steps = [s.step() for _ in range(4)]
-    diffs = [m["rollout/logprob_diff"] for m in steps]
-    assert steps[0]["actor/kl"] == 0.0, f"KL at step 0 is {steps[0]['actor/kl']}"
-    assert max(diffs) < 0.05, f"rollout/logprob_diff {diffs}"
-    assert all(torch.isfinite(torch.tensor(m["actor/pg_loss"])) for m in steps)
-    return f"logprob_diff {', '.join(f'{d:.1e}' for d in diffs)}", {"rollout/logprob_diff": diffs,
-                                                                    "reward/mean": [m["reward/mean"] for m in steps]}
+def long_prompt_filler(model_dir: str, tokens: int) -> str:
+    """Numbers separated by spaces, `tokens` - 40 tokens long under the bundled tokenizer (room for the question and
+    the chat template within a `max_prompt_len` of `tokens`)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    words = []
+    while len(tok.encode(" ".join(words), add_special_tokens=False)) < tokens - 40:
+        words += [str(len(words) % 97)] * 4
+    return "Numbers: " + " ".join(words) + ". "
 
 
-def zero3_steps_and_save(model_dir: str, work):
-    """2 GRPO steps under ZeRO-3 and a checkpoint; the peak GPU memory of the whole."""
+# Step 0's KL: the reference's log-probs come from consecutive micro-batches of `per_device_logprob_batch_size` rows,
+# the update's from micro-batches sorted by length (packing), so on a GPU the bf16 matmuls of one token run in
+# different shapes and round differently: per-token |log-prob difference| ~1e-2 in bf16, and the k3 estimator of a
+# difference d is ~d^2/2 per token. Exactly 0 holds only where the shapes match (item "KL 0 at step 0").
+STEP0_KL_BOUND = 1e-3
+
+
+def grpo_steps(model_dir: str, work, steps: int = 4, save: bool = False, **extra):
+    """`steps` GRPO steps (bundled model's shape, random weights, KL loss) with the hf engine and `extra` keys: KL at
+    step 0 under STEP0_KL_BOUND, the rollout/trainer log-prob difference small, every loss finite; with `save`, a
+    checkpoint after them whose extra GPU memory is measured (ZeRO-3 gathers module by module)."""
     from pathlib import Path
 
-    on_gpu = needs_cuda().type == "cuda"
+    device = needs_cuda()
+    on_gpu = device.type == "cuda"
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
-    s = grpo_session(model_dir, work, sharding="stage3", max_steps=2)
-    for _ in range(2):
-        s.step()
-    s.save()
-    peak = torch.cuda.max_memory_allocated() if on_gpu else 0
-    saved = [p for p in Path(work, "out").rglob("*.safetensors")]
-    assert saved, "no weights were saved"
-    return f"saved {len(saved)} weight files; peak {peak / 2**30:.2f} GiB", {"peak_bytes": peak}
+    s = grpo_session(model_dir, work, max_steps=steps, **extra)
+    done = [s.step() for _ in range(steps)]
+    diffs = [m["rollout/logprob_diff"] for m in done]
+    kl0 = done[0]["actor/kl"]
+    assert abs(kl0) < STEP0_KL_BOUND, f"KL at step 0 is {kl0} (bound {STEP0_KL_BOUND}; see STEP0_KL_BOUND)"
+    assert max(diffs) < 0.05, f"rollout/logprob_diff {diffs}"
+    assert all(torch.isfinite(torch.tensor(m["actor/pg_loss"])) for m in done)
+    figures = {"actor/kl_step0": kl0, "rollout/logprob_diff": diffs, "reward/mean": [m["reward/mean"] for m in done],
+               "peak_bytes": torch.cuda.max_memory_allocated() if on_gpu else 0,
+               "response_length/mean": [m.get("response_length/mean") for m in done],
+               "timing": [{k: v for k, v in m.items() if k.startswith("timing/")} for m in done]}
+    detail = (f"KL0 {kl0:.1e}; logprob_diff {', '.join(f'{d:.1e}' for d in diffs)}; "
+              f"peak {figures['peak_bytes'] / 2**30:.2f} GiB")
+    if save:
+        before = torch.cuda.memory_allocated() if on_gpu else 0
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats()
+        s.save()
+        figures["save_extra_bytes"] = torch.cuda.max_memory_allocated() - before if on_gpu else 0
+        saved = list(Path(work, "out").rglob("*.safetensors"))
+        assert saved, "no weights were saved"
+        detail += f"; saved {len(saved)} weight files (+{figures['save_extra_bytes'] / 2**20:.0f} MiB while saving)"
+    return detail, figures
+
+
+def cpu_batch_on_cuda_model():
+    """A rollout batch built on the CPU (as the rollout phase builds it) through old/reference log-probs, critic
+    values and the PTX loss of a CUDA model: the log-probs match the CPU's, the PTX loss has gradients."""
+    from ppokit.models.value import ValueModel
+    from ppokit.training.forward import batched_logprobs, batched_values
+    from ppokit.training.ptx import ptx_nll
+
+    device = needs_cuda()
+    tok, model = tiny(device)
+    batch = tiny_batch(tok)
+    logp = batched_logprobs(model, batch, 2, 64, torch.float32, device)
+    on_cpu = batched_logprobs(copy.deepcopy(model).cpu(), batch, 4, 64, torch.float32, "cpu")
+    diff = float((logp.cpu() - on_cpu).abs().max())
+    assert diff < 1e-3, f"{device} and CPU log-probs differ by {diff}"
+    critic = ValueModel(model.model, torch.nn.Linear(model.config.hidden_size, 1).to(device))
+    values = batched_values(critic, batch, 2, torch.float32, device)
+    nll = ptx_nll(model, [{"_prompt_ids": tok.encode("q: 1+1"), "label": "2"}], tok, 64, torch.float32, device)
+    nll.backward()
+    assert model.lm_head.weight.grad is not None or model.model.embed_tokens.weight.grad is not None
+    return (f"log-probs within {diff:.1e} of the CPU's; values {tuple(values.shape)}; "
+            f"PTX NLL {float(nll.detach()):.3f} with gradients"), {"max_abs_diff": diff}
+
+
+def attention_choice():
+    """flash-attention-2 only for bf16/fp16 (float32 -> SDPA); with flash-attn installed, a bf16 actor and its
+    reference both use it and agree at step 0."""
+    import importlib.util
+    import tempfile
+    from pathlib import Path
+
+    from ppokit.models import attention_implementation, load_causal_lm, load_reference
+    from ppokit.testing import save_tiny_model
+
+    assert attention_implementation(True, torch.float32) == "sdpa", "float32 must not pick flash-attention-2"
+    device = needs_cuda()
+    if importlib.util.find_spec("flash_attn") is None or device.type != "cuda":
+        raise Skip("float32 -> SDPA checked; flash-attn is not installed here (the image has none), so FA2 is not")
+    impl = attention_implementation(True, torch.bfloat16)
+    assert impl == "flash_attention_2", f"bf16 with flash-attn installed picked {impl}"
+    folder = save_tiny_model(Path(tempfile.mkdtemp()) / "m")
+    actor = load_causal_lm(folder, device=device, attn_implementation=impl)
+    reference = load_reference(actor, folder, device=device)
+    assert reference.config._attn_implementation == impl, reference.config._attn_implementation
+    ids = torch.randint(10, 200, (2, 12), device=device)
+    with torch.autocast("cuda", dtype=torch.bfloat16), torch.no_grad():
+        same = torch.equal(actor(input_ids=ids).logits, reference(input_ids=ids).logits)
+    assert same, "actor and reference differ at step 0"
+    return "float32 -> SDPA; bf16 -> flash_attention_2 for actor and reference (equal logits)", {}
+
+
+def two_processes(root):
+    """2 processes under torchrun (gloo; NCCL refuses two ranks on one GPU, so no GPU is needed): LOCAL_RANK derived
+    from RANK % LOCAL_WORLD_SIZE, never RANK; skip_group keeps the ranks' batch sizes equal."""
+    import re
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join(sys.path))
+    out = {}
+    for name, script in (("local_rank", "scripts/gpu_check/ranks.py"),
+                         ("skip_group", "tests/distributed/skip_group_ranks.py")):
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                               str(root / script)], capture_output=True, text=True, env=env, timeout=300, cwd=root)
+        assert done.returncode == 0, f"{name} exited {done.returncode}: {(done.stdout + done.stderr)[-400:]}"
+        out[name] = done.stdout
+    verdicts = re.findall(r"^local_rank \d+: (\w+)", out["local_rank"], re.M)
+    assert verdicts == ["PASS", "PASS"], f"local_rank: {verdicts}"
+    sizes = {s for _, s in re.findall(r"^rank (\d+): (\d+) sequences", out["skip_group"], re.M)}
+    assert len(sizes) == 1, f"skip_group: batch sizes per rank {sizes}"
+    return f"LOCAL_RANK rule on both ranks; both ranks kept {sizes.pop()} sequences", {}
+
+
+def qwen_grpo_realistic(model_dir: str, work):
+    """4 GRPO steps of the Qwen2.5-0.5B shape (random weights, the bundled tokenizer) under ZeRO-2 in bf16, prompts
+    of ~256 tokens and responses of 512 (random weights rarely stop early): KL at step 0, rollout/logprob_diff, peak
+    GPU memory and the time of each phase per step. A CPU trial: 2 steps of one small layer, 64 + 32 tokens."""
+    from perf import qwen25_config
+
+    trial = needs_cuda().type == "cpu"
+    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=49152)
+    config = qwen25_config("Qwen2.5-0.5B", **(small if trial else {}))
+    prompt, response = (64, 32) if trial else (256, 512)
+    detail, figures = grpo_steps(model_dir, work, steps=2 if trial else 4, config=config, prompt_tokens=prompt, sharding="stage2",
+                                 max_prompt_len=prompt, max_dec_len=response, max_length=prompt + response)
+    per_step = [round(sum(t.values()), 1) for t in figures["timing"]]
+    lengths = ", ".join(f"{x:.0f}" for x in figures["response_length/mean"] if x is not None)
+    return f"{detail}; response lengths {lengths}; seconds per step {per_step}", figures
+
+
+def ppo_steps(model_dir: str, work):
+    """2 PPO steps (a critic: its values and update on the device) with flash-attention asked for (SDPA where it is
+    not installed or the compute is float32)."""
+    needs_cuda()
+    s = grpo_session(model_dir, work, rl_algorithm="ppo", max_steps=2, use_flash_attention=True)
+    done = [s.step() for _ in range(2)]
+    losses = [m.get("critic/value_loss", m.get("critic/loss")) for m in done]
+    assert all(v is not None and torch.isfinite(torch.tensor(v)) for v in losses), f"critic losses {losses}"
+    return f"critic loss {', '.join(f'{v:.3g}' for v in losses)}", {"critic_loss": losses}
+
+
+def vllm_steps(model_dir: str, work):
+    """2 GRPO steps with the vLLM engine (sleep/wake after each update, weights synced): log-probs agree."""
+    import importlib.util
+
+    needs_cuda()
+    if importlib.util.find_spec("vllm") is None or not torch.cuda.is_available():
+        raise Skip("vLLM is not installed here (the image has none)")
+    return grpo_steps(model_dir, work, steps=2, rollout_engine="vllm")

@@ -5,9 +5,10 @@ pyarrow and pytest, but no deepspeed, pydantic, datasets, visualdl, gguf or vllm
 64 MiB travel with one command. This fills `.gpu_check/` (ignored by git):
 
   site/      what ppokit and DeepSpeed import that the image lacks, unpacked to be put on sys.path: the cp312
-             manylinux wheels of pydantic-core and msgpack, the pure wheels of pydantic, annotated-types,
-             typing-inspection, hjson, py-cpuinfo, einops (the versions this venv has), and DeepSpeed's own package
-             from its source distribution (pure Python; its ops are compiled only on first use, none is used here)
+             manylinux wheels of pydantic-core and msgpack (and this python's, for the image replica), the pure
+             wheels of pydantic, annotated-types, typing-inspection, hjson, py-cpuinfo, einops (the versions this
+             venv has), and DeepSpeed's own package from its source distribution (pure Python; its ops are
+             compiled only on first use, none is used here) with a dist-info made from its PKG-INFO
   model/     the bundled model's config, tokenizer and generation config (no weights: run.py builds them from the
              config; the bundled GGUF alone is 94 MB)
   manifest.json  what was fetched and the folder's size; prepare fails when the folder exceeds 64 MiB.
@@ -28,14 +29,19 @@ import zipfile
 from pathlib import Path
 
 LIMIT = 64 * 2**20
+FORMAT = 2  # 2: DeepSpeed's dist-info, and this python's compiled wheels beside cp312 (the Makefile re-prepares older)
 WHEELS = ["pydantic", "pydantic-core", "annotated-types", "typing-inspection", "hjson", "py-cpuinfo", "msgpack",
           "einops"]
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "special_tokens_map.json", "chat_template.jinja")
 
 
-def pip_download(dest: Path, specs: list[str], binary: bool) -> None:
-    how = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
+IMAGE_PYTHON = "3.12"
+
+
+def pip_download(dest: Path, specs: list[str], binary: bool, python: str = IMAGE_PYTHON) -> None:
+    abi = "cp" + python.replace(".", "")
+    how = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp", "--abi", abi,
            "--platform", "manylinux_2_17_x86_64"] if binary else ["--no-binary", ":all:"]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", *how, "-d", str(dest), *specs]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -45,7 +51,7 @@ def pip_download(dest: Path, specs: list[str], binary: bool) -> None:
 
 def unpack_wheels(wheels: Path, site: Path) -> list[str]:
     names = []
-    for wheel in sorted(wheels.glob("*.whl")):
+    for wheel in sorted(wheels.rglob("*.whl")):
         with zipfile.ZipFile(wheel) as z:
             z.extractall(site)
         names.append(wheel.name)
@@ -53,7 +59,10 @@ def unpack_wheels(wheels: Path, site: Path) -> list[str]:
 
 
 def unpack_deepspeed(sdist: Path, site: Path) -> str:
-    """DeepSpeed's `deepspeed/` package out of its source distribution (tests, docs and csrc left behind)."""
+    """DeepSpeed's `deepspeed/` package out of its source distribution (tests, docs and csrc left behind), with a
+    `deepspeed-<version>.dist-info/METADATA` made from the sdist's PKG-INFO: transformers' `HfDeepSpeedConfig` (and
+    its `is_deepspeed_available`) ask `importlib.metadata` for the distribution, not only for the importable folder,
+    and without it raise `PackageNotFoundError: The 'deepspeed>=0.9.3' distribution was not found`."""
     with tarfile.open(sdist) as tar:
         top = tar.getnames()[0].split("/")[0]
         members = [m for m in tar.getmembers() if m.name.startswith(f"{top}/deepspeed/")
@@ -61,7 +70,29 @@ def unpack_deepspeed(sdist: Path, site: Path) -> str:
         for m in members:
             m.name = m.name[len(top) + 1:]
         tar.extractall(site, members=members, filter="data")
+        pkg_info = tar.extractfile(f"{top}/PKG-INFO").read().decode()
+    write_dist_info(site, pkg_info)
     return sdist.name
+
+
+def write_dist_info(site: Path, pkg_info: str) -> Path:
+    """`<name>-<version>.dist-info/` (METADATA = the sdist's PKG-INFO, INSTALLER, an empty RECORD) in `site`, so
+    `importlib.metadata.version(name)` finds the unpacked package as pip would have installed it."""
+    fields = dict(line.split(": ", 1) for line in pkg_info.splitlines() if ": " in line and not line[0].isspace())
+    name, version = fields["Name"], fields["Version"]
+    folder = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "METADATA").write_text(pkg_info)
+    (folder / "INSTALLER").write_text("ppokit-gpu-check\n")
+    (folder / "RECORD").write_text("")
+    return folder
+
+
+def missing_metadata(site: Path, names: list[str]) -> list[str]:
+    """The `names` for which `importlib.metadata` finds no distribution in `site` (what the image's run would meet
+    as `PackageNotFoundError` where a library checks a version)."""
+    found = {d.metadata["Name"].lower().replace("_", "-") for d in metadata.distributions(path=[str(site)])}
+    return [n for n in names if n.lower().replace("_", "-") not in found]
 
 
 def model_files(dest: Path) -> list[str]:
@@ -94,15 +125,22 @@ def main() -> None:
     downloads, site = dest / "downloads", dest / "site"
     site.mkdir(parents=True)
     specs = [f"{name}=={metadata.version(name)}" for name in WHEELS]  # the versions the tests ran on
-    pip_download(downloads, specs, binary=True)
+    # the image's python, and this one's: the compiled modules of both builds sit side by side in one package folder
+    # (each python imports the one with its own suffix), so the image replica (`make gpu-check-replica`) runs on
+    # the same .gpu_check where its python differs from the image's
+    for python in sorted({IMAGE_PYTHON, f"{sys.version_info.major}.{sys.version_info.minor}"}):
+        pip_download(downloads / python, specs, binary=True, python=python)
     ds_version = metadata.version("deepspeed")
     pip_download(downloads, [f"deepspeed=={ds_version}"], binary=False)
     wheels = unpack_wheels(downloads, site)
     sdist = unpack_deepspeed(next(downloads.glob("deepspeed-*.tar.gz")), site)
     shutil.rmtree(downloads)  # only the unpacked packages travel
+    missing = missing_metadata(site, [*WHEELS, "deepspeed"])
+    if missing:
+        raise SystemExit(f"{site}: no distribution metadata (dist-info) for {missing}")
     files = model_files(dest / "model")
     total = size_of(dest)
-    manifest = {"wheels": wheels, "deepspeed_source": sdist, "model_files": files, "bytes": total,
+    manifest = {"format": FORMAT, "wheels": wheels, "deepspeed_source": sdist, "model_files": files, "bytes": total,
                 "limit_bytes": LIMIT}
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"prepared {dest}: {len(wheels)} wheels, {sdist}, model {files}; {total / 2**20:.1f} MiB of 64 MiB")

@@ -113,7 +113,7 @@ def test_save_total_limit_keeps_the_newest(tiny_model_dir, tmp_path):
     assert not list(out.glob(".tmp-*")) and not list(out.glob(".old-*"))
     assert (out / "model.safetensors").is_file()  # the final model beside them
     state = json.loads((out / "checkpoint-5" / STATE_FILE).read_text())
-    assert state["global_step"] == 5 and state["parts"]["data"]["loader"]["batches_drawn"] == 5
+    assert state["global_step"] == 5 and state["parts"]["producer"]["loader"]["batches_drawn"] == 5
     assert state["args"]["save_total_limit"] == 2
 
 

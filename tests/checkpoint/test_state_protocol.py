@@ -1,6 +1,6 @@
 """The checkpoint package's state protocol (issue 37 item 5): every part saves and loads its own state, an extra
 part can be registered (an asynchronous queue would be one), the folder lists what it holds, a format-1 checkpoint
-(flat keys, before the protocol) still resumes bit for bit, and nothing in the package writes a Session's
+(flat keys, before the protocol) and a format-2 one (before the producer/learner split) still resume bit for bit, and nothing in the package writes a Session's
 private fields."""
 
 from __future__ import annotations
@@ -50,9 +50,21 @@ class Version:
         self.version = state["version"]
 
 
+def to_format_2(state: dict) -> dict:
+    """trainer_state.json as ppokit wrote it before the producer/learner split (counters, data, controllers)."""
+    parts = state["parts"]
+    producer, learner = parts.pop("producer"), parts.pop("learner")
+    parts["counters"].update(rollouts_drawn=producer["rollouts_drawn"], skipped_groups=producer["skipped_groups"],
+                             updates_done=learner["updates_done"])
+    parts["data"] = {"loader": producer["loader"], "ptx_loader": learner["ptx_loader"]}
+    parts["controllers"] = {"kl_ctl": learner["kl_ctl"], "reward_normalizer": producer["reward_normalizer"]}
+    state["format"] = 2
+    return state
+
+
 def to_format_1(state: dict) -> dict:
     """trainer_state.json as ppokit wrote it before the state protocol (flat keys, no "parts")."""
-    parts = state.pop("parts")
+    parts = to_format_2(state).pop("parts")
     state.update(parts["counters"], **parts["data"], **parts["controllers"], run_plan=parts["run_plan"],
                  history=parts["tracker"]["history"], format=1)
     return state
@@ -69,7 +81,7 @@ def test_registered_parts_are_saved_listed_and_restored(tiny_model_dir, tmp_path
     listed = json.loads((path / MANIFEST_FILE).read_text())
     assert listed["parts"]["queue"] == ["state_queue_0.pt"] and listed["parts"]["rng"] == ["rng_state_0.pt"]
     assert listed["parts"]["policy_version"] == "trainer_state.json: parts.policy_version"
-    assert {"counters", "run_plan", "data", "controllers", "tracker"} <= set(listed["parts"])
+    assert {"counters", "run_plan", "producer", "learner", "tracker"} <= set(listed["parts"])
     assert "actor" in listed["parts"]["models"] and listed["contents"]["actor/"]["bytes"] > 0
     s.close()
 
@@ -93,7 +105,8 @@ def test_register_refuses_what_is_not_stateful_and_built_in_names(tiny_model_dir
         register(s, "rng", Queue())
 
 
-def test_a_format_1_checkpoint_resumes_bit_for_bit(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("older", [to_format_1, to_format_2])
+def test_a_format_1_or_2_checkpoint_resumes_bit_for_bit(tiny_model_dir, tmp_path, older):
     s = session(tiny_model_dir, tmp_path, max_steps=3)
     s.step()
     s.step()
@@ -102,7 +115,7 @@ def test_a_format_1_checkpoint_resumes_bit_for_bit(tiny_model_dir, tmp_path):
     expected = weights(s)
     s.close()
     state_file = path / STATE_FILE
-    state_file.write_text(json.dumps(to_format_1(json.loads(state_file.read_text()))))
+    state_file.write_text(json.dumps(older(json.loads(state_file.read_text()))))
     (path / MANIFEST_FILE).unlink()
     r = Session.resume(str(tmp_path / "out"))
     assert r.global_step == 2 and [h["step"] for h in r.history] == [1, 2]

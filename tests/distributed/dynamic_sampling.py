@@ -28,7 +28,7 @@ def main(model: str, data: str, out_dir: str) -> None:
     session = Session(load_arguments(None, overrides=overrides), reward_functions=[odd_prompts_flat])
     seen = []
     for _ in range(3):
-        batch = session.rollout()
+        batch = session.produce()  # rollout, score, dynamic sampling
         seen.append({"rollouts_drawn": session.state.rollouts_drawn, "loader": session.state.loader.state_dict(),
                      "groups": len(set(batch.group_ids.tolist())), "rounds": batch.stats["groups/gen_rounds"]})
     Path(out_dir, f"rank{session.state.dist.rank}.json").write_text(json.dumps(seen, default=str))

@@ -21,7 +21,7 @@ def main(model: str, data: str, eval_data: str, out_dir: str) -> None:
                                  eval_temperature=1.0, per_device_eval_batch_size=2)
     s = Session(load_arguments(None, overrides=overrides), reward_functions=[distinct_chars])
     samples: list = []
-    metrics = evaluate(s.state, s.args, samples=samples)
+    metrics = evaluate(s.producer, samples=samples)
     metrics.pop("timing/eval_s")
     if s.state.dist.rank == 0:
         world = s.state.plan.world_size

@@ -33,7 +33,8 @@ def main():
     state = SimpleNamespace(reward_fns=fns, skipped_groups=0, reward_normalizer=None)
     args = SimpleNamespace(rollout_n=2, reward_on_error="skip_group", enable_overlong_reward_buffer=False,
                            normalize_reward=False, clip_range_score=10.0)
-    out = score(state, args, batch)
+    state.args = args
+    out = score(state, batch)
     assert torch.isfinite(out.scores).all()
     dropped = int(out.stats.get("reward/groups_dropped_to_balance_ranks", 0))
     print(f"rank {rank}: {len(out)} sequences, {len(torch.unique(out.group_ids))} groups, dropped {dropped}, "

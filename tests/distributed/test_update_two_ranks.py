@@ -47,7 +47,9 @@ def one_process_update(tmp, model_path, engine=None, **overrides) -> dict:
         session.state.rollout_engine = getattr(dist_helpers, engine)(session.state.policy.tokenizer)
     batch = session.rollout()
     session.score(batch)
+    batch = session.latest(batch)
     session.compute_advantages(batch)
+    batch = session.latest(batch)
     assert batch.old_logprobs is not None and batch.ref_logprobs is not None  # 2 optimizer steps, KL term
     torch.save(batch, tmp / "batch.pt")
     ordered = interleaved(batch, WORLD, groups_per_mini=session.plan.mini_batch_prompts // WORLD)

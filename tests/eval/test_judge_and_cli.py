@@ -84,7 +84,7 @@ def test_cli_gives_the_same_metrics_as_session_evaluate(tiny_model_dir, tmp_path
         output_dir=str(tmp_path / "out"), logging_dir=str(tmp_path / "vdl"), disable_tqdm=True,
         per_device_rollout_batch_size=8)))  # prompts per generate call, as the CLI's --batch_size 8
     expected_samples: list[dict] = []
-    expected = evaluate(s.state, s.args, samples=expected_samples)  # what Session.evaluate() computes
+    expected = evaluate(s.producer, samples=expected_samples)  # what Session.evaluate() computes
     argv = ["--model", tiny_model_dir, "--data", test, "--n", "3", "--k", "3", "--temperature", "1.0",
             "--max_dec_len", "8", "--seed", "11"]
     metrics, samples, _, prompts, _ = run(build_parser().parse_args(argv))

@@ -178,3 +178,49 @@ def test_bf16_falls_back_to_float32_on_a_cpu_without_bf16_instructions(monkeypat
     assert dtype_for(False, True, "cpu") == (torch.float32, torch.float32)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
     assert dtype_for(True, False, "cpu") == (torch.float32, torch.bfloat16)
+
+
+def test_an_actor_staged_on_meta_holds_no_storage_and_materializes_in_place_equal_to_a_direct_load(tiny_model_dir):
+    """Item 7 of issue 44: where vLLM starts first, the actor waits on the meta device (no host RAM) and reads its
+    weights onto its device after; the same module objects, the tie kept, every tensor equal to a direct load."""
+    from ppokit.models import load_causal_lm
+    from ppokit.models.staging import is_staged, materialize
+
+    staged = load_causal_lm(tiny_model_dir, device="meta", gradient_checkpointing=True)
+    assert is_staged(staged) and all(p.device.type == "meta" for p in staged.parameters())
+    assert staged.generation_config.eos_token_id is not None  # the rollout engine reads its stop ids before
+    layers = staged.model.layers
+    materialize(staged, "cpu")
+    direct = load_causal_lm(tiny_model_dir, device="cpu")
+    assert staged.model.layers is layers and not is_staged(staged)
+    assert staged.lm_head.weight is staged.model.embed_tokens.weight  # tied: one Parameter
+    mine, theirs = dict(staged.named_buffers()), dict(direct.named_buffers())
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert all(torch.equal(a, b) for a, b in zip(staged.state_dict().values(), direct.state_dict().values()))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    assert torch.equal(staged(input_ids=ids).logits, direct(input_ids=ids).logits)
+
+
+def test_a_cuda_load_reads_the_weights_straight_onto_the_gpu(monkeypatch, tiny_model_dir):
+    """Host RAM (issue 44, item 7): for a CUDA device transformers places the tensors there as it reads the files
+    (`device_map`), instead of building the float32 model in host RAM on every rank and moving it after. Emulated:
+    the arguments transformers receives (staging.materialize runs the same call on the CPU for real)."""
+    import transformers
+
+    seen = {}
+
+    class Loaded:
+        def to(self, device):
+            seen["moved_to"] = device
+            return self
+
+    def fake(path, **kwargs):
+        seen.update(kwargs)
+        return Loaded()
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake)
+    loading.from_pretrained("AutoModelForCausalLM", tiny_model_dir, torch.float32, "cuda:1", None, False)
+    assert seen["device_map"] == torch.device("cuda", 1) and seen["dtype"] == torch.float32
+    seen.clear()
+    loading.from_pretrained("AutoModelForCausalLM", tiny_model_dir, torch.float32, "cpu", None, False)
+    assert "device_map" not in seen and seen["moved_to"] == "cpu"  # the CPU path as it was

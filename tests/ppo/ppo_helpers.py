@@ -57,5 +57,7 @@ def changed(before: dict, after: dict) -> list[str]:
 def rollout_with_advantages(session):
     batch = session.rollout()
     session.score(batch)
+    batch = session.latest(batch)
     session.compute_advantages(batch)
+    batch = session.latest(batch)
     return batch

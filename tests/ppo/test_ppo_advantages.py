@@ -29,7 +29,7 @@ def rollout_with_fixed_values(session, value=0.5):
     batch = session.rollout()
     assert batch.response_mask.shape[1] == 8, "the tiny model should not stop before max_dec_len here"
     shorten(batch, LENGTHS)
-    session.score(batch)
+    batch, _ = session.walk(batch, "with_logprobs")  # score, then log-probs and values on the shortened rows
     return batch
 
 
@@ -53,6 +53,7 @@ def test_gae_on_known_values(tiny_model_dir, prompts_file, tmp_path, gamma, lam)
                  normalize_advantage=False)
     batch = rollout_with_fixed_values(s)
     s.compute_advantages(batch)
+    batch = s.latest(batch)
     adv, returns, mask = expected(LENGTHS, [0.0, 0.25, 0.5, 0.75], 0.5, gamma, lam)
     torch.testing.assert_close(batch.advantages, adv, atol=1e-6, rtol=0)
     torch.testing.assert_close(batch.returns, returns, atol=1e-6, rtol=0)
@@ -70,6 +71,7 @@ def test_advantages_are_whitened_unless_normalize_advantage_is_false(tiny_model_
     assert s.args.normalize_advantage is None
     batch = rollout_with_fixed_values(s)
     s.compute_advantages(batch)
+    batch = s.latest(batch)
     raw, returns, mask = expected(LENGTHS, [0.0, 0.25, 0.5, 0.75], 0.5, 1.0, 0.95)
     valid = raw[mask.bool()]
     white = (raw - valid.mean()) / valid.std() * mask  # unbiased std over the 17 valid tokens
@@ -85,6 +87,7 @@ def test_kl_penalty_on_every_token_and_score_on_the_last(tiny_model_dir, prompts
     assert batch.ref_logprobs is not None and batch.old_logprobs is not None
     batch.ref_logprobs = batch.old_logprobs - 0.1  # log pi_old - log pi_ref = 0.1 on every token
     s.compute_advantages(batch)
+    batch = s.latest(batch)
     want = torch.zeros(4, 8)
     for i, L in enumerate(LENGTHS):
         want[i, :L] = -0.1 * per_token
@@ -101,5 +104,6 @@ def test_kl_is_zero_at_the_first_rollout(tiny_model_dir, prompts_file, tmp_path)
     s = make_ppo(tiny_model_dir, prompts_file, tmp_path, reward=by_position, kl_coeff=0.05)
     batch = s.rollout()
     s.compute_advantages(batch)
+    batch = s.latest(batch)
     assert batch.stats["kl/reward_kl"] == pytest.approx(0.0, abs=1e-6)
     assert batch.stats["kl/beta"] == pytest.approx(0.05)

@@ -17,10 +17,11 @@ def test_adaptive_beta_follows_the_response_kl(tiny_model_dir, prompts_file, tmp
     # beta <- beta (1 + clip(KL / target - 1, -0.2, 0.2) n / horizon) with KL the mean per-response KL
     s = make_ppo(tiny_model_dir, prompts_file, tmp_path, reward=distinct_chars, kl_coeff=0.1,
                  kl_ctrl_type="adaptive", target_kl=target_kl, kl_horizon=10, critic_warmup_steps=100)
-    batch = s.rollout()
+    batch, _ = s.walk(s.rollout(), "with_logprobs")
     assert int(batch.response_mask.sum()) == 4 * 8  # four responses of 8 tokens
     batch.ref_logprobs = batch.old_logprobs - 0.1
     s.compute_advantages(batch)
+    batch = s.latest(batch)
     assert batch.stats["kl/seq_kl_mean"] == pytest.approx(8 * K3_01, rel=1e-5)
     s.update(batch)
     assert s.state.kl_ctl.value == pytest.approx(0.1 * (1 + error * 4 / 10), rel=1e-5)
@@ -34,7 +35,7 @@ def test_adaptive_beta_follows_the_response_kl(tiny_model_dir, prompts_file, tmp
 
 def test_fixed_beta_does_not_move(tiny_model_dir, prompts_file, tmp_path):
     s = make_ppo(tiny_model_dir, prompts_file, tmp_path, reward=distinct_chars, kl_coeff=0.1, critic_warmup_steps=100)
-    batch = s.rollout()
+    batch, _ = s.walk(s.rollout(), "with_logprobs")
     batch.ref_logprobs = batch.old_logprobs - 0.1
     s.compute_advantages(batch)
     s.update(batch)
@@ -57,6 +58,7 @@ def test_session_scores_with_the_reward_model(tiny_model_dir, prompts_file, tmp_
     assert [f.name for f in s.state.reward_fns] == ["reward_model"]
     batch = s.rollout()
     s.score(batch)
+    batch = s.latest(batch)
     raw = torch.tensor(ModelReward(letter_rm_dir, device="cpu")(batch.prompt_texts, batch.response_texts))
     torch.testing.assert_close(batch.scores, raw.clamp(-0.5, 0.5), atol=1e-5, rtol=0)
     assert "critic/value_loss" in s.update(batch)
@@ -70,6 +72,7 @@ def test_clip_range_score_clips(tiny_model_dir, prompts_file, tmp_path):
     s = make_ppo(tiny_model_dir, prompts_file, tmp_path, reward=fixed_scores, clip_range_score=10.0)
     batch = s.rollout()
     s.score(batch)
+    batch = s.latest(batch)
     assert batch.scores.tolist() == [1.0, 2.0, 3.0, 10.0]
     assert batch.stats["reward/raw_mean"] == pytest.approx(11.5)
 
@@ -80,10 +83,13 @@ def test_normalize_reward_uses_running_statistics_then_clips(tiny_model_dir, pro
                  clip_range_score=1.0)
     batch = s.rollout()
     s.score(batch)
+    batch = s.latest(batch)
     std = math.sqrt(1085 / 3)  # deviations from 11.5: -10.5, -9.5, -8.5, 28.5
     want = [(x - 11.5) / std for x in (1, 2, 3)] + [1.0]  # 28.5 / 19.02 = 1.499 is clipped to 1
     assert batch.scores.tolist() == pytest.approx(want, abs=1e-5)
-    s.score(batch)  # the same rewards again: 8 seen, mean 11.5, m2 = 2 x 1085
+    batch = s.rollout()
+    s.score(batch)  # the same rewards again (a new batch: one is scored once): 8 seen, mean 11.5, m2 = 2 x 1085
+    batch = s.latest(batch)
     std2 = math.sqrt(2170 / 7)
     assert batch.scores.tolist() == pytest.approx([(x - 11.5) / std2 for x in (1, 2, 3)] + [1.0], abs=1e-5)
 

@@ -64,7 +64,7 @@ def test_evaluation_logs_the_judges_counts_and_cost_and_keeps_its_verdicts(tiny_
     s = session(tiny_model_dir, tmp_path, Letters())
     try:
         rows: list[dict] = []
-        metrics = evaluate(s.state, s.args, samples=rows)
+        metrics = evaluate(s.producer, samples=rows)
         # 6 eval prompts x 2 responses, one score_10 call each
         assert metrics["eval/judge_calls"] == 12 and metrics["eval/judge_tokens"] == 12 * 7
         assert metrics["eval/judge_unparsed"] == 0 and metrics["eval/judge_errors"] == 0
@@ -90,7 +90,7 @@ def test_unscored_eval_prompts_are_counted_and_left_out_of_the_metrics(tiny_mode
     s = session(tiny_model_dir, tmp_path, Letters(fail_every=5), on_error="skip_group")
     try:
         rows: list[dict] = []
-        metrics = evaluate(s.state, s.args, samples=rows)
+        metrics = evaluate(s.producer, samples=rows)
     finally:
         s.close()
     assert metrics["eval/judge_unparsed"] == 2  # calls 5 and 10 of 12

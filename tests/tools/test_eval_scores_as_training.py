@@ -34,9 +34,9 @@ def test_a_tool_tasks_eval_reward_equals_its_training_reward_on_the_same_rows(ti
     s.state.rollout_engine = CallCounter(s.state.policy.tokenizer)  # the same rows every time it is asked
     s.state.eval_records = list(s.state.train_records)
     samples: list = []
-    metrics = evaluate(s.state, s.args, samples=samples)
+    metrics = evaluate(s.producer, samples=samples)
     sampling = phases.sampling_params(s.args, n=2, temperature=1.0)
-    trained = phases.score(s.state, s.args, phases.generate(s.state, s.state.eval_records, sampling, 0))
+    trained = phases.score(s.producer, phases.generate(s.producer, s.producer.eval_records, sampling, 0))
     by_prompt = {r["_prompt_text"]: i for i, r in enumerate(s.state.eval_records)}
     eval_rewards = sorted((by_prompt[x["prompt"]], x["reward"]) for x in samples)
     assert [r for _, r in eval_rewards] == trained.scores.tolist()

@@ -85,20 +85,3 @@ def test_the_drift_watch_warns_once_with_numbers_when_the_logprob_diff_keeps_ris
     assert sum("drift" in r.message for r in caplog.records) == 1
 
 
-def test_a_producer_thread_follows_the_inline_schedule_to_the_bit(tmp_path):
-    """The thread generates batch i + 1 beside the update of batch i on the weights of before it: the same batches,
-    version tags and weights as the inline producer (the update draws no random numbers, so the producer's draws
-    are the same ones in the same order)."""
-    inline = tiny_session(tmp_path / "i", staleness_threshold=1, rollout_is="token")
-    inline.state.rollout_engine.use_own_copy()  # both generate on a plain copy of the weights (the thread must)
-    want = [numbers(inline.step()) for _ in range(3)]
-    wi = weights(inline)
-    threaded = tiny_session(tmp_path / "t", staleness_threshold=1, rollout_is="token", async_producer="thread")
-    got = [numbers(threaded.step()) for _ in range(3)]
-    assert [m["async/version_lag/max"] for m in got] == [0.0, 1.0, 1.0]
-    assert [m["async/queue_batches"] for m in got] == [1.0] * 3
-    for g, w in zip(got, want):
-        assert g == w, {k: (g.get(k), w.get(k)) for k in set(g) | set(w) if g.get(k) != w.get(k)}
-    wt = weights(threaded)
-    assert all(torch.equal(wi[k], wt[k]) for k in wi)
-    threaded.close()

@@ -40,8 +40,8 @@ def test_vllm_starts_before_the_actor_reaches_the_gpu(tiny_model_path, prompts_f
     monkeypatch.setattr(build, "build_rollout_engine", rollout)
     monkeypatch.setattr(build, "place_actor", place)
     with pytest.raises(Stop):
-        build.build_state(args, reward_functions=[distinct_chars])
-    assert events == [("rollout engine", "cpu"), ("actor to", "cuda:0")]
+        build.build_sides(args, reward_functions=[distinct_chars])
+    assert events == [("rollout engine", "meta"), ("actor to", "cuda:0")]  # meta: no host RAM held meanwhile
     assert fake_vllm.LLM.instances  # vLLM was built (the fake)
 
 

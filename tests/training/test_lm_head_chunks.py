@@ -64,7 +64,10 @@ def test_chunked_head_equals_the_full_logits_and_never_builds_more_than_a_chunk(
     if entropy != "none":
         torch.testing.assert_close(ent, want_ent, atol=1e-5, rtol=0)
     for k, p in model.named_parameters():
-        torch.testing.assert_close(grads[k], p.grad, atol=1e-6, rtol=1e-5, msg=k)
+        # float32 sums in another order (chunks vs one matmul): a few ulps of the tensor's largest entry, which on
+        # AMX CPUs exceeds a fixed 1e-6 for small entries of large gradients (seen: 2.9e-6 beside entries of 8.3)
+        scale = float(p.grad.abs().max())
+        torch.testing.assert_close(grads[k], p.grad, atol=1e-6 * max(1.0, scale), rtol=1e-5, msg=k)
 
 
 def test_families_with_work_after_the_head_keep_the_models_own_logits():

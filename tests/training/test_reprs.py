@@ -39,6 +39,8 @@ def test_rollout_batch_repr_is_a_summary_and_html_a_table(session):
     assert text.endswith("not scored, no advantages yet)")
     session.score(batch)
     session.compute_advantages(batch)
+    assert batch.scores is None  # a value: the calls made new ones
+    batch = session.latest(batch)
     mean = float(batch.scores.mean())
     assert f"reward mean {mean:.3g}" in repr(batch) and repr(batch).endswith("advantages computed)")
     page = batch._repr_html_()

@@ -28,8 +28,8 @@ def batch_of(lengths: list[int], group_size: int) -> RolloutBatch:
 def test_skip_group_when_every_group_fails_is_a_reward_server_error():
     unreachable = NamedReward("reward_server", lambda p, r, **f: [None] * len(r), allow_none=True, locate_errors=False)
     state = SimpleNamespace(reward_fns=[unreachable], skipped_groups=0, reward_normalizer=None)
-    args = SimpleNamespace(rollout_n=2, reward_on_error="skip_group", enable_overlong_reward_buffer=False, normalize_reward=False,
+    state.args = SimpleNamespace(rollout_n=2, reward_on_error="skip_group", enable_overlong_reward_buffer=False, normalize_reward=False,
                            clip_range_score=10.0)
     with pytest.raises(RewardServerError, match="every one of the 2 prompt groups of this step") as info:
-        score(state, args, batch_of([3, 3, 3, 3], 2))
+        score(state, batch_of([3, 3, 3, 3], 2))
     assert isinstance(info.value, PpokitError) and state.skipped_groups == 2

@@ -51,7 +51,9 @@ def test_micro_batches_give_the_same_update(tiny_model_path, prompts_file, tmp_p
                  reward=distinct_chars, **common)
     batch = big.rollout()
     big.score(batch)
+    batch = big.latest(batch)
     big.compute_advantages(batch)
+    batch = big.latest(batch)
     big.update(batch)
     small.update(batch)
     pb, ps = params(big), params(small)
@@ -70,9 +72,9 @@ def test_kl_is_zero_at_first_step(tiny_model_path, prompts_file, tmp_path):
 
 def test_update_iters_two_recomputes_old_logprobs(tiny_model_path, prompts_file, tmp_path):
     one = make(tiny_model_path, prompts_file, tmp_path / "one")
-    assert one.rollout().old_logprobs is None  # a single update: old = current, no extra forward
+    assert one.walk(one.rollout(), "with_logprobs")[0].old_logprobs is None  # one update: old = current
     two = make(tiny_model_path, prompts_file, tmp_path / "two", update_iters=2, reward=distinct_chars)
-    batch = two.rollout()
+    batch, _ = two.walk(two.rollout(), "with_logprobs")
     assert batch.old_logprobs is not None
     assert batch.old_logprobs.shape == batch.response_mask.shape
     metrics = two.update(batch)
@@ -112,7 +114,9 @@ def test_actor_kl_is_the_non_negative_k3_estimate_and_k1_keeps_its_own_name(tiny
     s.step()  # the actor moves away from the reference
     batch = s.rollout()
     s.score(batch)
+    batch = s.latest(batch)
     s.compute_advantages(batch)
+    batch = s.latest(batch)
     p = s.state.policy
     logp = batched_logprobs(p.engine.module, batch, 64, s.args.chunk_size, p.compute_dtype, p.device,
                             batch.temperature)

@@ -1,8 +1,8 @@
 """Rollout–train mismatch through the Session on CPU, with the hf engine's log-probs: rollout/logprob_diff and
 truncated importance sampling (rollout_is) on the policy loss."""
 
-import copy
 import math
+from dataclasses import replace
 
 import pytest
 from session_helpers import distinct_chars, tiny_overrides
@@ -31,14 +31,13 @@ def test_agreeing_engines_give_weight_one(tiny_model_path, prompts_file, tmp_pat
 def test_a_planted_mismatch_is_measured_and_clipped_at_the_cap(tiny_model_path, prompts_file, tmp_path):
     plain = make(tiny_model_path, prompts_file, tmp_path / "a")
     corrected = make(tiny_model_path, prompts_file, tmp_path / "b", rollout_is="token", rollout_is_cap=2.0)
-    batch = plain.rollout()
-    planted = copy.deepcopy(batch)
+    batch, _ = plain.walk(plain.rollout(), "advantages")
     # the engine "said" every token was 4x less likely than the trainer finds: ratio 4 > cap 2 -> weight 2
-    planted.rollout_logprobs = (batch.rollout_logprobs - math.log(4.0)) * batch.response_mask
+    planted = replace(batch, rollout_logprobs=(batch.rollout_logprobs - math.log(4.0)) * batch.response_mask,
+                      advantages=batch.response_mask.clone())
     # advantage 1 on every token: on-policy (ratio 1) the token-mean policy loss is -1, and -2 once each
     # token's loss carries the capped weight 2
-    batch.advantages = batch.response_mask.clone()
-    planted.advantages = batch.response_mask.clone()
+    batch = replace(batch, advantages=batch.response_mask.clone())
     off = plain.update(batch)
     on = corrected.update(planted)
     assert math.isclose(on["rollout/logprob_diff"], math.log(4.0), rel_tol=1e-2)

@@ -34,7 +34,7 @@ def test_presets_apply_only_to_unset_keys():
 def test_dapo_dynamic_sampling_keeps_only_informative_groups(tiny_model_path, prompts_file, tmp_path):
     s = make(tiny_model_path, prompts_file, tmp_path, reward=flat_for_even_prompts, rl_algorithm="dapo",
              enable_overlong_reward_buffer=False)
-    batch = s.rollout()
+    batch = s.produce()  # rollout, score, dynamic sampling
     groups = torch.unique(batch.group_ids)
     assert len(groups) == 4 and len(batch) == 16  # the step's 4 prompt groups are full
     assert batch.stats["groups/dropped_zero_std"] > 0  # even-numbered prompts were drawn and dropped
@@ -48,7 +48,7 @@ def test_dapo_gives_up_after_max_gen_batches(tiny_model_path, prompts_file, tmp_
     s = make(tiny_model_path, prompts_file, tmp_path, reward=lambda p, r, **k: [1.0] * len(r),
              rl_algorithm="dapo", max_gen_batches=2)
     with pytest.raises(PpokitError, match="max_gen_batches"):
-        s.rollout()
+        s.produce()
 
 
 def test_overlong_shaping_adds_a_penalty_term(tiny_model_path, prompts_file, tmp_path):
@@ -56,6 +56,7 @@ def test_overlong_shaping_adds_a_penalty_term(tiny_model_path, prompts_file, tmp
              overlong_reward_buffer=4, overlong_penalty_factor=1.0)
     batch = s.rollout()
     s.score(batch)
+    batch = s.latest(batch)
     lengths = batch.response_lengths
     expected = -((lengths - 4).clamp_min(0) / 4).clamp_max(1.0)  # max_dec_len 8, buffer 4
     torch.testing.assert_close(batch.reward_terms["overlong"], expected)

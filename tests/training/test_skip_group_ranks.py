@@ -37,13 +37,13 @@ def state_failing(items: set[int]):
         return [None if i in items else float(len(r)) for i, r in enumerate(responses)]
 
     return SimpleNamespace(reward_fns=[NamedReward("reward_server", server, allow_none=True, locate_errors=False)],
-                           skipped_groups=0, reward_normalizer=None)
+                           skipped_groups=0, reward_normalizer=None, args=ARGS)
 
 
 def test_a_rank_keeps_only_as_many_groups_as_the_fewest_rank(monkeypatch):
     """This rank's 4 groups all scored, another rank kept 2: this one keeps its first 2 whole groups."""
     monkeypatch.setattr(phases, "all_ranks_min", lambda value: min(value, 2))
-    out = phases.score(state_failing(set()), ARGS, batch_of(8))
+    out = phases.score(state_failing(set()), batch_of(8))
     assert out.group_ids.tolist() == [0, 0, 1, 1]
     assert out.scores.tolist() == [1.0, 2.0, 3.0, 4.0]
     assert out.stats["reward/groups_dropped_to_balance_ranks"] == 2.0 and out.stats["reward/skipped_groups"] == 0.0
@@ -52,7 +52,7 @@ def test_a_rank_keeps_only_as_many_groups_as_the_fewest_rank(monkeypatch):
 def test_failed_groups_go_first_then_the_balance(monkeypatch):
     monkeypatch.setattr(phases, "all_ranks_min", lambda value: min(value, 2))
     state = state_failing({3})  # group 1 fails: groups 0, 2, 3 are left; the fewest rank kept 2 -> groups 0 and 2
-    out = phases.score(state, ARGS, batch_of(8))
+    out = phases.score(state, batch_of(8))
     assert out.group_ids.tolist() == [0, 0, 2, 2] and state.skipped_groups == 1
     assert out.stats["reward/groups_dropped_to_balance_ranks"] == 1.0
 
@@ -60,11 +60,11 @@ def test_failed_groups_go_first_then_the_balance(monkeypatch):
 def test_every_rank_raises_when_one_rank_has_nothing_left(monkeypatch):
     monkeypatch.setattr(phases, "all_ranks_min", lambda value: 0)
     with pytest.raises(RewardServerError, match="every prompt group of another rank"):
-        phases.score(state_failing(set()), ARGS, batch_of(4))
+        phases.score(state_failing(set()), batch_of(4))
 
 
 def test_one_process_without_failures_keeps_the_batch():
-    out = phases.score(state_failing(set()), ARGS, batch_of(4))
+    out = phases.score(state_failing(set()), batch_of(4))
     assert len(out) == 4 and "reward/groups_dropped_to_balance_ranks" not in out.stats
 
 

@@ -206,7 +206,7 @@ def test_live_view_without_ipywidgets_redraws_one_html_output(displayed, monkeyp
 
 def fake_session(history=()):
     args = SimpleNamespace(disable_tqdm=False)
-    return SimpleNamespace(args=args, state=SimpleNamespace(dist=SimpleNamespace(rank=0)), history=list(history))
+    return SimpleNamespace(args=args, learner=SimpleNamespace(dist=SimpleNamespace(rank=0)), history=list(history))
 
 
 def test_train_uses_the_live_view_in_jupyter_and_the_console_bar_elsewhere(displayed, monkeypatch):

@@ -1,4 +1,5 @@
-"""Run under torchrun (2 processes) by scripts/gpu_smoke.sh: the LOCAL_RANK rule (issue #30, fault 8).
+"""Run under torchrun (2 processes) by scripts/gpu_check/run.py ("2 processes"): the LOCAL_RANK rule (issue #30,
+fault 8).
 
 Each process checks that, with LOCAL_RANK removed, ppokit derives torchrun's LOCAL_RANK from RANK % LOCAL_WORLD_SIZE,
 and that with neither it refuses to start instead of taking RANK; prints `local_rank R: PASS` or `... FAIL: why`.
