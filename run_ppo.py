@@ -3,14 +3,14 @@
 import sys
 
 from ppokit.args import parse_cli
-from ppokit.errors import PpokitError, exit_with_sentence
+from ppokit.errors import PpokitError, exit_at_once, exit_with_sentence
 
 
 def main() -> None:
     """Parse the arguments (exits on --print_config or a config mistake), then train."""
     args = parse_cli(sys.argv[1:])
     from ppokit.checkpoint.claim import refuse_before_loading
-    from ppokit.checkpoint.run import interrupted_sentence
+    from ppokit.checkpoint.signals import stop_sentence
     from ppokit.session import Session
 
     try:
@@ -18,9 +18,8 @@ def main() -> None:
         Session(args).train()
     except PpokitError as exc:  # a user's mistake, a failed reward source, SIGTERM (143): a sentence, no traceback
         exit_with_sentence(exc, getattr(exc, "exit_code", 2))
-    except KeyboardInterrupt:  # Ctrl-C: the user's choice, one sentence and 130 (128 + SIGINT)
-        print(interrupted_sentence(args.output_dir), file=sys.stderr)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C (130) or a second SIGTERM (143): one sentence, out at once
+        exit_at_once(*stop_sentence(exc, args.output_dir))
 
 
 def exit_launched_process() -> None:

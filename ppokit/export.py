@@ -142,6 +142,11 @@ def export(src: str | os.PathLike, out: str | os.PathLike, dtype: str | None = N
     folder = resolve_source(src)
     out = Path(out)
     check_destination(folder, out, overwrite)
+    from ppokit.paths import WRITE_DIR, PathUse, path_problem
+
+    problem = path_problem(PathUse("--out", str(out.absolute().parent), WRITE_DIR))  # before the model loads
+    if problem:
+        raise ExportError(f"{problem} (the export is written there, then renamed to {out.name})")
     model = load_for_export(folder, DTYPES.get(dtype) if dtype else None)
     bad = nonfinite_names(model)
     if bad:

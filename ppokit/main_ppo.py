@@ -174,11 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         text = str(exc) if "In verl's keys:" in str(exc) else in_verl_terms(str(exc), translation)
         print(f"error: {text}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)  # 143 after SIGTERM's checkpoint
-    except KeyboardInterrupt:
-        from ppokit.checkpoint.run import interrupted_sentence
+    except KeyboardInterrupt as exc:  # Ctrl-C (130) or a second SIGTERM (143): one sentence, out at once
+        from ppokit.checkpoint.signals import stop_sentence
+        from ppokit.errors import exit_at_once
 
-        print(interrupted_sentence(getattr(args, "output_dir", None)), file=sys.stderr)
-        return 130
+        exit_at_once(*stop_sentence(exc, getattr(args, "output_dir", None)))
     return 0
 
 

@@ -22,12 +22,13 @@ def user_error_classes():
     from ppokit.export import ExportError
     from ppokit.launch import LaunchError
     from ppokit.models import ModelNotFoundError
+    from ppokit.paths import PathError
     from ppokit.rewards import RewardError, RewardServerError
     from ppokit.tasks import TaskError
     from ppokit.tracking.report import ReportError
 
-    return [ConfigError, CheckpointError, DataError, ExportError, LaunchError, ModelNotFoundError, RewardError,
-            RewardServerError, TaskError, ReportError]
+    return [ConfigError, CheckpointError, DataError, ExportError, LaunchError, ModelNotFoundError, PathError,
+            RewardError, RewardServerError, TaskError, ReportError]
 
 
 @pytest.mark.parametrize("cls", user_error_classes(), ids=lambda c: c.__name__)

@@ -49,9 +49,10 @@ class PpokitArguments(JudgeArguments):  # the judge's keys live in judge.py
         2.0, gt=0.0, description="Truncation cap C of the rollout_is importance weights (verl's default 2).")
     staleness_threshold: int = Field(
         0, ge=0, description="Asynchronous rollouts (verl's async_training.staleness_threshold): batch i is generated "
-        "by policy version i - k, k policy versions older than the weights it trains; 0 = the synchronous step. The "
-        "queue of produced batches is saved in checkpoints; stale samples are corrected by rollout_is (set it to "
-        "token or sequence). See docs/async.md.")
+        "by policy version i - k, k policy versions older than the weights it trains; 0 = the synchronous step; "
+        "capped (with a note) at the run's rollout steps - 1, beyond which every batch comes from version 0 already. "
+        "The queue of produced batches is saved in checkpoints and consumed first by a resume with any k; stale "
+        "samples are corrected by rollout_is (set it to token or sequence). See docs/async.md.")
     async_producer: Literal["inline", "thread"] = Field(
         "inline", description="Where the rollouts of staleness_threshold > 0 are generated: inline (before the "
         "step that needs them) or thread (batch i + k is generated in a thread while batch i trains, on a copy of "
@@ -124,8 +125,9 @@ class PpokitArguments(JudgeArguments):  # the judge's keys live in judge.py
         "its tool calls run, their results are appended (loss_mask 0) and it continues. Needs tools or "
         "tool_config_path. Rows of verl data without agent_name: tool_agent are multi-turn too when this is on.")
     tools: str | None = Field(
-        None, description="Python tool functions 'file.py:multiply,search' (type hints + docstring give the "
-        "schema); a bundled task's tools by name too ('multiply').")
+        None, description="Python tool functions 'file.py:multiply,search;other.py:lookup' (a comma between "
+        "functions of one file, ';' between files; type hints + docstring give the schema); a bundled task's tools "
+        "by name too ('multiply'). Two tools of one name are refused.")
     tool_config_path: str | None = Field(
         None, description="verl tool config YAML: tools: [{class_name, config, tool_schema}], each class with "
         "verl's async create/execute/calc_reward/release.")

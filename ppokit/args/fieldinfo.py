@@ -29,8 +29,8 @@ def non_none(annotation: Any) -> list:
 
 
 def is_list(annotation: Any) -> bool:
-    """True when one member of the annotation is a ``list[...]``."""
-    return any(typing.get_origin(a) is list for a in non_none(annotation))
+    """True when one member of the annotation is a ``list[...]`` or a ``tuple[...]`` (given the same way)."""
+    return any(typing.get_origin(a) in (list, tuple) for a in non_none(annotation))
 
 
 def type_name(annotation: Any) -> str:
@@ -47,4 +47,6 @@ def _one_name(annotation: Any) -> str:
         return "one of " + ", ".join(repr(v) for v in _args(annotation))
     if origin is list:
         return "list of " + _one_name(_args(annotation)[0])
+    if origin is tuple:
+        return "[" + ", ".join(_one_name(a) for a in _args(annotation)) + "]"
     return getattr(annotation, "__name__", str(annotation))

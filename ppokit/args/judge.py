@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .model_data import GROUP_CONFIG
 
@@ -40,7 +40,8 @@ class JudgeArguments(BaseModel):
     judge_rubric: list[str] | None = Field(
         None, description="Rubric items for judge_template rubric (a record's 'rubric' field overrides them).")
     judge_score_range: tuple[float, float] = Field(
-        (1.0, 10.0), description="The (lowest, highest) score the score parser accepts; mapped onto 0..1.")
+        (1.0, 10.0), description="The [lowest, highest] score the score parser accepts, mapped onto 0..1; the "
+        "lowest below the highest (--judge_score_range 0,100 or [0, 100]).")
     judge_max_new_tokens: int = Field(256, ge=1, description="Most tokens the judge writes per verdict.")
     judge_temperature: float = Field(
         0.0, ge=0.0, description="Judge sampling temperature; 0 = greedy, which repeats exactly.")
@@ -48,3 +49,12 @@ class JudgeArguments(BaseModel):
         8, ge=1, description="Judge prompts per generate call of an in-process (hf) judge.")
     judge_concurrency: int = Field(
         8, ge=1, description="Judge requests in flight at once to an endpoint (openai backend).")
+
+    @field_validator("judge_score_range")
+    @classmethod
+    def _lowest_below_highest(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if not low < high:
+            raise ValueError(f"the lowest score ({low:g}) must be below the highest ({high:g}): a verdict's score is "
+                             "mapped from [lowest, highest] onto 0..1, e.g. [1, 10]")
+        return value

@@ -236,6 +236,8 @@ def _describe(error: dict, values: dict[str, Any], origin: dict[str, str]) -> st
         return (f"{source}: {key} is null but must be {expected}; remove the key to use the default "
                 f"{field.get_default(call_default_factory=True)!r}.")
     detail = error["msg"]
+    if error.get("type") == "value_error":  # a validator's own sentence says what is expected
+        return f"{source}: {key}={value!r} is not valid: {detail.removeprefix('Value error, ')}."
     if len(error["loc"]) > 1:
         detail += f" (at item {error['loc'][1]})"
     return f"{source}: {key}={value!r} is not valid: expected {expected} ({detail})."

@@ -26,7 +26,33 @@ def derive(args: Arguments, world_size: int) -> tuple[dict[str, Any], list[str]]
     _misc_rules(args, updates, notes)
     _algorithm_presets(args, updates, notes)
     _overlong_buffer(args, updates, notes)
+    notes += idle_keys(args)
     return updates, notes
+
+
+def idle_keys(args: Arguments) -> list[str]:
+    """A note for each key the user set that this configuration never reads (said once, when the arguments load):
+    tools without multi_turn; of the asynchronous rollouts (docs/async.md), the producer thread runs only beside an
+    update (k >= 1), partial_rollout acts only on a generation that overlaps one (the thread),
+    partial_rollout_token only schedules partial_rollout: switch."""
+    given, k = args.model_fields_set, args.staleness_threshold
+    threaded = k >= 1 and args.async_producer == "thread"
+    notes = []
+    for key in ("tools", "tool_config_path"):
+        if getattr(args, key) and not args.multi_turn:
+            notes.append(f"{key} has no effect without multi_turn: true (rollouts stay single-turn, no tool is "
+                         "offered); set multi_turn: true to use it.")
+    if args.async_producer == "thread" and k == 0:
+        notes.append("async_producer=thread has no effect: staleness_threshold=0 is the synchronous step, nothing is "
+                     "generated beside the update; set staleness_threshold >= 1 to overlap them.")
+    if "partial_rollout" in given and args.partial_rollout == "finish" and not threaded:
+        notes.append("partial_rollout=finish has no effect: only the producer thread (staleness_threshold >= 1, "
+                     "async_producer: thread) generates while an update runs.")
+    if args.partial_rollout_token is not None and args.partial_rollout != "switch":
+        notes.append(f"partial_rollout_token={args.partial_rollout_token} has no effect: it schedules the weight "
+                     f"switch of partial_rollout: switch, and partial_rollout is {args.partial_rollout}; set "
+                     "partial_rollout: switch (with staleness_threshold >= 1 and async_producer: thread).")
+    return notes
 
 
 # What the papers' recipes set (the algorithm table's presets), applied only to keys the user did not set.

@@ -1,4 +1,7 @@
-"""`python -m ppokit.bench [CONFIG] [--steps N] [--warmup K] [--compare trl|vllm] [--out FILE.json] [--set key=value]`.
+"""`python -m ppokit.bench [CONFIG] [--steps N] [--warmup K] [--compare trl|vllm] [--neighbours N] [--out FILE.json]
+[--set key=value]`.
+
+`--neighbours N` runs each trainer twice, idle and then beside N CPU-bound processes started for that run only.
 
 `--compare vllm` times rollouts only: ppokit's decoding loop and vLLM on the same prompts (`--steps` batches).
 
@@ -19,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ppokit.bench.neighbours import busy_neighbours
 from ppokit.bench.summary import async_bound_line, format_table, summarize
 
 DEFAULT_CONFIG = "config/grpo_argument.json"
@@ -41,6 +45,8 @@ def parse(argv):
                    help="asynchronous rollouts: staleness_threshold=K with a producer thread (docs/async.md)")
     p.add_argument("--reward-latency", type=float, default=0.0, metavar="S",
                    help="each reward call waits S seconds first (a remote reward, a sandbox): what async can hide")
+    p.add_argument("--neighbours", type=int, default=0, metavar="N",
+                   help="run each trainer idle and again beside N CPU-bound processes (a shared machine), side by side")
     return p.parse_args(argv)
 
 
@@ -112,25 +118,70 @@ def main(argv=None) -> dict:
             raise SystemExit(f"no CONFIG given and {DEFAULT_CONFIG} is not here; run from the repository root")
         spec = {"config": config, "overrides": overrides_from(ns, workdir), "steps": ns.steps,
                 "reward_latency": ns.reward_latency}
-        results = {}
-        for label, trainer, extra in runs_of(ns):
+        results, neighbour_pids = {}, []
+        for label, trainer, extra, neighbours in with_neighbours(runs_of(ns), ns.neighbours):
             folder = os.path.join(workdir, label.replace(" ", "-").replace("=", ""))  # a run's own output_dir
             extra = {**extra, "output_dir": os.path.join(folder, "run"), "logging_dir": os.path.join(folder, "vdl")}
-            raw = run_worker(trainer, {**spec, "overrides": {**spec["overrides"], **extra}}, workdir, label)
+            with busy_neighbours(neighbours) as pids:
+                raw = run_worker(trainer, {**spec, "overrides": {**spec["overrides"], **extra}}, workdir, label)
+            neighbour_pids += pids
             raw["summary"] = summarize(raw["steps"], ns.warmup, raw["flop_peaks"])
+            raw["neighbours"] = neighbours
             results[label] = raw
     table = format_table(results)
+    if ns.neighbours:
+        table += "\n" + loaded_lines(results)
     if ns.async_k and len(results) == 2:
         table += "\n" + async_bound_line(*(r["summary"] for r in results.values()))
     print(table)
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count()},
               "config": config, "overrides": spec["overrides"], "steps": ns.steps, "warmup": ns.warmup,
-              "results": results, "table": table}
+              "results": results, "table": table, "neighbour_pids": neighbour_pids}
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     Path(ns.out).write_text(json.dumps(report, indent=1, default=str))
     print(f"results: {ns.out}")
     return report
+
+
+def with_neighbours(runs: list[tuple[str, str, dict]], count: int) -> list[tuple[str, str, dict, int]]:
+    """Each run idle (0 neighbours) and, with `count` > 0, right after it the same run beside `count` busy ones."""
+    out = []
+    for label, trainer, extra in runs:
+        out.append((label, trainer, extra, 0))
+        if count:
+            out.append((f"{label} beside {count} busy", trainer, extra, count))
+    return out
+
+
+def loaded_lines(results: dict[str, dict]) -> str:
+    """Per trainer: its step beside the neighbours against its idle step (medians) and the load other processes
+    put on the machine during each run; with two trainers, their step ratio idle and loaded."""
+    lines, ratios = [], {}
+    for label, loaded in results.items():
+        idle = results.get(label.rsplit(" beside ", 1)[0]) if " beside " in label else None
+        if idle is None or "step" not in idle["summary"] or "step" not in loaded["summary"]:
+            continue
+        idle_s, loaded_s = idle["summary"]["step"]["median_s"], loaded["summary"]["step"]["median_s"]
+        ratios[label] = (idle_s, loaded_s)
+        lines.append(f"{label}: step {loaded_s / idle_s:.2f}x its idle step; other processes kept "
+                     f"{_cores(loaded.get('others_cores'))} cores busy during it, {_cores(idle.get('others_cores'))} "
+                     f"during the idle run; threads waited {_wait(loaded)} beside them, {_wait(idle)} idle")
+    if len(ratios) == 2:
+        (first, (idle_a, loaded_a)), (second, (idle_b, loaded_b)) = ratios.items()
+        lines.append(f"{second.split(' beside ')[0]} / {first.split(' beside ')[0]} step: {idle_b / idle_a:.2f}x idle, "
+                     f"{loaded_b / loaded_a:.2f}x beside the neighbours")
+    return "\n".join(lines)
+
+
+def _wait(result: dict) -> str:
+    """The OpenMP wait a worker ran with (ppokit chooses it at import from the load; the user's variables win)."""
+    chosen = {k: v for k, v in (result.get("wait") or {}).items() if v}
+    return " ".join(f"{k}={v}" for k, v in chosen.items()) or "as libgomp's default"
+
+
+def _cores(value) -> str:
+    return "?" if value is None else f"{value:.1f}"
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ SPEC is a JSON file {"trainer": "ppokit" | "trl", "config": path or null, "overr
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -102,6 +103,10 @@ def run_ppokit(spec: dict) -> list[dict]:
 def main(argv: list[str]) -> None:
     spec_path, out_path = argv
     spec = json.loads(open(spec_path).read())
+    from ppokit.training.threads import _cpus, busy_seconds, own_seconds
+
+    cpus, started = _cpus(), time.monotonic()
+    busy_before, own_before = busy_seconds(cpus), own_seconds()
     torch.manual_seed(0)
     peaks = matmul_peaks()
     if spec["trainer"] == "ppokit":
@@ -112,8 +117,12 @@ def main(argv: list[str]) -> None:
         steps = run_trl(spec)
     else:
         raise SystemExit(f"unknown trainer {spec['trainer']!r}; expected 'ppokit' or 'trl'")
+    busy_after, own_after = busy_seconds(cpus), own_seconds()
+    others = None if busy_before is None or busy_after is None else max(  # cores other processes kept busy
+        0.0, (busy_after - busy_before) - (own_after - own_before)) / max(time.monotonic() - started, 1e-9)
     out = {"steps": steps, "compute_dtype": spec.get("compute_dtype"), "peak_rss_bytes": peak_rss_bytes(),
-           "flop_peaks": peaks, "threads": torch.get_num_threads(),
+           "flop_peaks": peaks, "threads": torch.get_num_threads(), "others_cores": others,
+           "wait": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")},
            "torch": torch.__version__}
     with open(out_path, "w") as f:
         json.dump(out, f, indent=1)

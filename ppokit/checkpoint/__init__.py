@@ -9,6 +9,7 @@
   lock     the output folder's run lock and the model-folder check
   claim    who may write a run's records in output_dir (nothing erased unasked)
   run      `Session.train`'s frame: lock, prepare, SIGTERM, the final save
+  signals  the one signal rule: a first SIGTERM checkpoints between steps, a second one or Ctrl-C stops at once
 """
 
 from ppokit.checkpoint.claim import EarlierRunError, claim_output_dir

@@ -20,17 +20,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 from pathlib import Path
 
-from ppokit.checkpoint.guard import DamagedCheckpointError, read_state
+from ppokit.checkpoint.guard import (  # noqa: F401 - STATE_FILE and complete_checkpoints are files' names too
+    STATE_FILE,
+    DamagedCheckpointError,
+    checkpoint_folder,
+    complete_checkpoints,
+    damaged_advice,
+    read_state,
+)
 from ppokit.engine import rank
 from ppokit.errors import PpokitError
 
 logger = logging.getLogger("ppokit")
 
-STATE_FILE = "trainer_state.json"
 TMP_PREFIX = ".tmp-checkpoint-"
 OLD_PREFIX = ".old-checkpoint-"
 
@@ -68,19 +73,6 @@ def fsync_tree(path: Path) -> None:
 # ------------------------------------------------------------------ finding checkpoints
 
 
-def complete_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete `checkpoint-<step>` folders in `output_dir` (those with trainer_state.json), oldest first."""
-    root = Path(output_dir)
-    if not root.is_dir():
-        return []
-    found = []
-    for child in root.iterdir():
-        m = re.fullmatch(r"checkpoint-(\d+)", child.name)
-        if m and (child / STATE_FILE).is_file():
-            found.append((int(m.group(1)), child))
-    return [p for _, p in sorted(found)]
-
-
 def is_auto(spec) -> bool:
     return spec is True or str(spec).lower() in ("true", "auto", "1", "yes", "latest")
 
@@ -98,7 +90,7 @@ def find_checkpoint(spec, output_dir: str | Path) -> Path:
                 read_state(path, STATE_FILE)
                 return path
             except DamagedCheckpointError as exc:
-                logger.warning("resume_from_checkpoint=auto skips %s: %s", path.name, exc)
+                logger.warning("resume_from_checkpoint=auto skips %s: %s", path.name, exc.problem)
         return found[0]
     path = Path(str(spec))
     if not path.is_dir() and (Path(output_dir) / path).is_dir():
@@ -110,7 +102,7 @@ def find_checkpoint(spec, output_dir: str | Path) -> Path:
         if found:
             return found[-1]
         raise CheckpointError(f"{path} is not a complete checkpoint (it has no {STATE_FILE}): it may be from an "
-                              "interrupted save; resume from an older checkpoint-<step> or with 'auto'")
+                              f"interrupted save; {damaged_advice(checkpoint_folder(path))}")
     return path
 
 

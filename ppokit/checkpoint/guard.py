@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import shutil
 import time
 import zipfile
@@ -28,13 +29,70 @@ from ppokit.errors import PpokitError
 
 logger = logging.getLogger("ppokit")
 
+STATE_FILE = "trainer_state.json"
 ABANDONED_DIR = "abandoned"
 ABANDONED_NOTE = "NOTE.txt"
 HYPER_KEYS = ("betas", "eps", "weight_decay")
 
 
 class DamagedCheckpointError(PpokitError):
-    """A checkpoint file cannot be read (empty, truncated, not JSON, not a DeepSpeed state)."""
+    """A checkpoint file cannot be read (empty, truncated, not JSON, not a DeepSpeed state). The message is the
+    problem, then what to do, chosen from what the checkpoint's folder holds (`damaged_advice`): an older checkpoint
+    is suggested only when one exists, 'auto' only when the resume was not already automatic."""
+
+    def __init__(self, problem: str, where: Path | None = None, remedy: str = "", auto: bool = False,
+                 tried: tuple[Path, ...] = ()):
+        self.problem, self.folder, self.remedy = problem, checkpoint_folder(where), remedy
+        super().__init__(f"{problem}; the checkpoint is damaged: {damaged_advice(self.folder, remedy, auto, tried)}")
+
+    def under_auto(self, tried) -> DamagedCheckpointError:
+        """The same problem after resume_from_checkpoint=auto tried `tried` (every checkpoint) and could read none."""
+        return DamagedCheckpointError(self.problem, self.folder, self.remedy, auto=True, tried=tuple(tried))
+
+
+def checkpoint_folder(where: Path | None) -> Path | None:
+    """The checkpoint-<step> folder `where` is (or is inside of); None when it is in none."""
+    for folder in [where, *where.parents] if where is not None else []:
+        if re.fullmatch(r"checkpoint-\d+", folder.name):
+            return folder
+    return None
+
+
+def damaged_advice(folder: Path | None, remedy: str = "", auto: bool = False, tried: tuple[Path, ...] = ()) -> str:
+    """What to do about the damaged checkpoint `folder`, by what exists: its own `remedy` first (e.g. copy a
+    folder back), then an older checkpoint when there is one — or, when there is none (or `auto` already tried them
+    all), restoring the files or starting afresh."""
+    options = [remedy] if remedy else []
+    fresh = "restore its files from a copy, or start from step 0 in another output_dir"
+    if folder is None:
+        return "; or ".join([*options, "resume from an older checkpoint-<step> or with 'auto'"])
+    if auto:
+        others = [p.name for p in tried if p.name != folder.name]
+        what = (f"resume_from_checkpoint=auto could read none of the checkpoints in {folder.parent} "
+                f"({', '.join([folder.name, *others])})" if others else f"it is the only checkpoint in {folder.parent}")
+        return f"{what}, so there is no older one to fall back to; " + "; or ".join([*options, fresh])
+    older = [p.name for p in reversed(complete_checkpoints(folder.parent)) if _step(p) < _step(folder)]
+    if older:
+        return "; or ".join([*options, f"resume an older one ({', '.join(older)}), or with 'auto', which falls back "
+                                       "to the newest readable one"])
+    return f"{folder.parent} holds no older checkpoint; " + "; or ".join([*options, fresh])
+
+
+def complete_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete `checkpoint-<step>` folders in `output_dir` (those with trainer_state.json), oldest first."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        m = re.fullmatch(r"checkpoint-(\d+)", child.name)
+        if m and (child / STATE_FILE).is_file():
+            found.append((int(m.group(1)), child))
+    return [p for _, p in sorted(found)]
+
+
+def _step(folder: Path) -> int:
+    return int(folder.name.rsplit("-", 1)[1])
 
 
 class ModelMismatchError(PpokitError):
@@ -50,14 +108,12 @@ def read_state(path: Path, state_file: str) -> dict:
     try:
         state = json.loads(file.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DamagedCheckpointError(f"{file} cannot be read as JSON ({exc}); the checkpoint is damaged: "
-                                     "resume from an older checkpoint-<step> or with 'auto'") from None
+        raise DamagedCheckpointError(f"{file} cannot be read as JSON ({exc})", path) from None
     missing = [k for k in ("global_step", "args") if not isinstance(state, dict) or k not in state]
     if isinstance(state, dict) and "parts" not in state and "loader" not in state:  # format 2 / format 1
         missing.append("parts")
     if missing:
-        raise DamagedCheckpointError(f"{file} lacks {', '.join(missing)}; the checkpoint is damaged: resume from "
-                                     "an older checkpoint-<step> or with 'auto'")
+        raise DamagedCheckpointError(f"{file} lacks {', '.join(missing)}", path)
     return state
 
 
@@ -68,16 +124,15 @@ def reading(what: Path):
     files = sorted(what.rglob("*.pt")) if what.is_dir() else [what]
     for file in files:
         if not zipfile.is_zipfile(file):
-            raise DamagedCheckpointError(f"{file} is missing or not a complete torch file (truncated, empty or overwritten); the "
-                                         "checkpoint is damaged: resume from an older checkpoint-<step> or with 'auto'")
+            raise DamagedCheckpointError(f"{file} is missing or not a complete torch file (truncated, empty or "
+                                         "overwritten)", file)
     try:
         yield
     except DamagedCheckpointError:
         raise
     except Exception as exc:  # torch.load / DeepSpeed raise many kinds on a truncated or garbage file
-        raise DamagedCheckpointError(f"{what} cannot be loaded ({type(exc).__name__}: {str(exc)[:200]}); the "
-                                     "checkpoint is damaged: resume from an older checkpoint-<step> or with "
-                                     "'auto'") from exc
+        raise DamagedCheckpointError(f"{what} cannot be loaded ({type(exc).__name__}: {str(exc)[:200]})",
+                                     what) from exc
 
 
 def readable_on_every_rank(path: Path, state_file: str, rank: int) -> bool:
@@ -91,7 +146,7 @@ def readable_on_every_rank(path: Path, state_file: str, rank: int) -> bool:
                 pass
         readable = 1.0
     except DamagedCheckpointError as exc:
-        logger.warning("rank %d cannot read %s: %s", rank, path.name, exc)
+        logger.warning("rank %d cannot read %s: %s", rank, path.name, exc.problem)
         readable = 0.0
     return all_reduce_sum(readable)[0] == world_size()
 
@@ -247,8 +302,7 @@ def missing_optimizer_state(path: Path, name: str, saved_args: dict, force: bool
                f"copied with the checkpoint")
     if not force:
         raise DamagedCheckpointError(
-            f"{message}. Copy it back, resume an older checkpoint-<step>, or pass --force_resume true to continue "
-            f"from {name}/'s weights with Adam's moments restarted (the steps after it then differ from the "
-            "uninterrupted run)")
+            message, path, remedy=f"copy it back, or pass --force_resume true to continue from {name}/'s weights with "
+            "Adam's moments restarted (the steps after it then differ from the uninterrupted run)")
     logger.warning("force_resume: %s; continuing from %s/'s weights with Adam's moments restarted", message, name)
 

@@ -129,7 +129,7 @@ def load_actor(session, path: Path, saved: dict) -> None:
             load, _ = engine.load_checkpoint(str(path / "actor_ds"), tag="state", load_optimizer_states=True,
                                              load_lr_scheduler_states=True)
         if load is None:
-            raise DamagedCheckpointError(f"DeepSpeed found no state in {path / 'actor_ds'}; the checkpoint is damaged")
+            raise DamagedCheckpointError(f"DeepSpeed found no state in {path / 'actor_ds'}", path)
         reapply_optimizer_settings(engine, wanted, "actor", announce=is_rank0())
     else:
         missing_optimizer_state(path, "actor", saved["args"], bool(session.args.force_resume))
@@ -170,8 +170,11 @@ def resume_into(session, spec) -> Path:
                 return resume_from(session, candidate)
             logger.warning("resume_from_checkpoint=auto skips %s: a rank cannot read it", candidate.name)
         except DamagedCheckpointError as exc:
-            logger.warning("resume_from_checkpoint=auto skips %s: %s", candidate.name, exc)
-    return resume_from(session, candidates[-1])
+            logger.warning("resume_from_checkpoint=auto skips %s: %s", candidate.name, exc.problem)
+    try:
+        return resume_from(session, candidates[-1])
+    except DamagedCheckpointError as exc:  # the last one: say that there is nothing older, not "try auto"
+        raise exc.under_auto(complete_checkpoints(session.args.output_dir)) from None
 
 
 def resume_from(session, path: Path) -> Path:
@@ -232,7 +235,10 @@ def resume_session(cls, output_dir: str, overrides: dict):
 
     is_run = not str(output_dir).rstrip("/").split("/")[-1].startswith("checkpoint-")
     path = find_checkpoint("auto", output_dir) if is_run else find_checkpoint(output_dir, output_dir)
-    saved = read_state(path, STATE_FILE).get("config", {})
+    try:
+        saved = read_state(path, STATE_FILE).get("config", {})
+    except DamagedCheckpointError as exc:  # auto skipped every newer one already: nothing older is readable
+        raise exc.under_auto(complete_checkpoints(output_dir)) if is_run else exc from None
     saved["output_dir"] = str(path.parent)  # where the run is now, also when its folder was moved or copied
     saved.update(overrides)
     session = cls(load_arguments(None, overrides=saved))

@@ -6,8 +6,9 @@ loop:
     (`ppokit.checkpoint.lock`), held until the run ends;
   - prepares the run (`prepare_run`: writable output_dir with room for a checkpoint, resume);
   - SIGTERM (SLURM, Kubernetes, spot instances) lets the current step finish, then writes a checkpoint
-    atomically and stops with `Preempted` (exit 143); a second SIGTERM abandons the step at once (the last
-    periodic checkpoint stays the newest); `--resume_from_checkpoint auto` continues from it;
+    atomically and stops with `Preempted` (exit 143); a second SIGTERM stops at once (the last periodic
+    checkpoint stays the newest); `--resume_from_checkpoint auto` continues from it (`ppokit.checkpoint.signals`,
+    the rule for every mode);
   - a non-finite loss (`FloatingPointError` from the backward contract) becomes one sentence naming the step and
     the last finite checkpoint (exit 2).
 `save_final` writes the final HF model into output_dir through a temporary folder (weights first, config.json
@@ -20,8 +21,6 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
-import threading
 from pathlib import Path
 
 from ppokit.checkpoint.claim import claim_output_dir
@@ -36,59 +35,14 @@ from ppokit.checkpoint.safety import (
     human_bytes,
     is_disk_full,
 )
-from ppokit.checkpoint.save import checkpoint_bytes, save_checkpoint
+from ppokit.checkpoint.save import checkpoint_bytes
+from ppokit.checkpoint.signals import Preempted, Preemption, where_to_continue
 from ppokit.engine import all_reduce_sum, barrier, world_size
-from ppokit.errors import PpokitError
 from ppokit.models.folders import save_hf
 
 logger = logging.getLogger("ppokit")
 
 FINAL_TMP = ".tmp-final-model"
-
-
-class Preempted(PpokitError):
-    """SIGTERM stopped the run (after writing a checkpoint, unless the step was abandoned); exit status 143."""
-
-    exit_code = 143
-
-
-# ------------------------------------------------------------------ preemption
-
-
-class Preemption:
-    """The SIGTERM handler's flag; `check` (between steps) checkpoints and stops when any rank was signalled."""
-
-    def __init__(self):
-        self.signalled = 0
-        self.previous = None
-
-    def handler(self, signum, frame) -> None:
-        self.signalled += 1
-        if self.signalled == 1:
-            logger.warning("SIGTERM: finishing this step, then writing a checkpoint and stopping (a second SIGTERM "
-                           "stops at once)")
-            return
-        raise Preempted("a second SIGTERM abandoned the step in progress; the newest complete checkpoint is kept: "
-                        "resume with --resume_from_checkpoint auto")
-
-    def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():  # signals can be handled there only
-            self.previous = signal.signal(signal.SIGTERM, self.handler)
-
-    def uninstall(self) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
-            self.previous = None
-
-    def check(self, session) -> None:
-        signalled = float(self.signalled > 0)
-        if world_size() > 1:  # every rank must agree: the checkpoint is collective
-            signalled = all_reduce_sum(signalled)[0]
-        if not signalled:
-            return
-        path = save_checkpoint(session)
-        raise Preempted(f"stopped by SIGTERM after step {session.global_step}: wrote {path}; continue with "
-                        "--resume_from_checkpoint auto")
 
 
 # ------------------------------------------------------------------ the run's frame
@@ -117,7 +71,7 @@ def take_lock(session) -> RunLock | None:
 def guarded_run(session):
     """The frame of `Session.train` (see the module docstring)."""
     lock = take_lock(session)
-    preemption = Preemption()
+    preemption = Preemption(session.args.output_dir)
     try:
         prepare_run(session)
         preemption.install()
@@ -221,10 +175,10 @@ def check_steps_left(session, path: Path) -> None:
 
 def interrupted_sentence(output_dir) -> str:
     """What a Ctrl-C'd command line says: where the run's newest complete checkpoint is."""
-    found = complete_checkpoints(output_dir) if output_dir else []
-    where = (f"the newest complete checkpoint is {found[-1]}; continue with --resume_from_checkpoint auto" if found
-             else "no checkpoint had been written yet")
-    return f"interrupted (Ctrl-C): the run stopped without a traceback; {where}"
+    return f"interrupted (Ctrl-C): the run stopped without a traceback; {where_to_continue(output_dir)}"
+
+
+__all__ = ["Preempted", "Preemption", "guarded_run", "interrupted_sentence", "save_final", "save_session"]
 
 
 def save_session(session, final: bool = False):

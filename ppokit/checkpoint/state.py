@@ -10,7 +10,8 @@ The parts a Session has (`parts_of`), in the order a resume loads them:
   producer     `training.sides.Producer`: rollouts drawn, groups skipped, the prompt loader's position, the reward
                normaliser
   learner      `training.sides.Learner`: updates done, the KL controller, the PTX loader's position
-  rollout_queue  with staleness k > 0: the batches produced and not yet consumed (per rank)
+  rollout_queue  the batches produced and not yet consumed (per rank; empty when k = 0): a resume with any k
+               consumes them first, so a change of k neither skips nor repeats a prompt
   <extra>      parts registered with `register(session, name, part)`
   tracker      the metric history; loading it continues metrics.jsonl / samples.jsonl from the saved step
   rng          python/numpy/torch (CUDA) generators: loaded last, after everything that might draw
@@ -149,9 +150,10 @@ BUILT_IN = ("counters", "run_plan", "producer", "learner", "rollout_queue", "tra
 
 
 def queue_part(session) -> list[Part]:
-    """The batches produced and not yet consumed (staleness k > 0), one file per rank; none when k = 0."""
+    """The batches produced and not yet consumed, one file per rank, for every k: a k = 0 checkpoint holds an empty
+    queue, and a k = 0 resume of a k > 0 checkpoint trains its queued batches first."""
     pipeline = getattr(session, "pipeline", None)
-    return [Part("rollout_queue", pipeline, per_rank=True)] if pipeline is not None and pipeline.staleness else []
+    return [Part("rollout_queue", pipeline, per_rank=True)] if pipeline is not None else []
 
 
 def parts_of(session, path: Path | None = None) -> list[Part]:

@@ -47,7 +47,10 @@ def _subsample(records: list[dict], count: int, seed: int = 0) -> list[dict]:
 
 
 def split_spec(spec) -> list[tuple[str, str | None, str]]:
-    """[(path, proportion or None, the part as written)] for a comma list in PaddleNLP's spellings."""
+    """[(path, proportion or None, the part as written)] for a comma list in PaddleNLP's spellings. A value that
+    is itself an existing path is that one path, commas and all (a folder named 'data,v2')."""
+    if isinstance(spec, str) and "," in spec and os.path.exists(spec.strip()):
+        return [(spec.strip(), None, spec.strip())]
     parts = spec if isinstance(spec, (list, tuple)) else str(spec or "").split(",")
     out = []
     for part in (p.strip() for p in parts):

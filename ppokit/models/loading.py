@@ -133,6 +133,9 @@ def _missing_message(raw: str) -> str:
     )
 
 
+missing_model_message = _missing_message  # what the path check before loading says of a model that is not here
+
+
 # ------------------------------------------------------------------------------ gguf conversion
 
 

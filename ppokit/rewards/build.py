@@ -60,6 +60,8 @@ def _server_reward(args: Any) -> NamedReward:
         fn=client.score_or_none if skip else client,
         allow_none=skip,
         locate_errors=False,
+        advice=f"check that the reward server at {url} is up and answering (the warnings above and its log say why "
+               "it was not)",
     )
 
 

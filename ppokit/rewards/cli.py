@@ -12,7 +12,8 @@ import os
 import sys
 
 from ppokit.errors import PpokitError
-from ppokit.rewards.judge.options import add_judge_options, judge_options
+from ppokit.paths import check_paths
+from ppokit.rewards.judge.options import add_judge_options, flag, judge_options
 from ppokit.rewards.server import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY_BYTES,
@@ -103,6 +104,48 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_judge_options(ns: argparse.Namespace, argv: list[str] | None) -> None:
+    """--judge-* options act only with --judge: given without it, refused (they would be ignored). The options
+    given are those that differ from their defaults when the defaults are taken away."""
+    if ns.judge:
+        return
+    bare = build_parser()
+    bare.set_defaults(**{k: None for k in vars(ns) if k.startswith("judge_")})
+    given = [k for k, v in vars(bare.parse_args(argv)).items() if k.startswith("judge_") and v not in (None, False)]
+    if given:
+        options = ", ".join(flag(k) for k in given)
+        verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
+        raise ValueError(f"{options} {verb} only to an LLM judge, and no --judge MODEL is given: add --judge (a model "
+                         f"folder, .gguf file, alias or endpoint URL), or drop {them}")
+
+
+def server_paths(ns: argparse.Namespace) -> list:
+    """The files the server reads (certificates, the function, model and judge template), as `PathUse`s: checked
+    before anything loads or uvicorn starts."""
+    from ppokit.paths import READ_ANY, READ_FILE, PathUse
+
+    uses = [PathUse(f"--{name.replace('_', '-')}", value, READ_FILE)
+            for name in ("ssl_certfile", "ssl_keyfile") if (value := getattr(ns, name, None))]
+    if ns.function and ":" in ns.function:
+        uses.append(PathUse("--function", ns.function.rpartition(":")[0], READ_FILE))
+    for name in ("model", "judge"):
+        value = getattr(ns, name, None)
+        if value and not value.startswith(("http://", "https://")) and not _is_alias(value):
+            from ppokit.models.loading import missing_model_message
+
+            uses.append(PathUse(f"--{name}", value, READ_ANY, missing=missing_model_message(value)))
+    template = ns.judge_template or ""
+    if ns.judge and "\n" not in template and template.endswith((".j2", ".jinja", ".txt", ".md")):
+        uses.append(PathUse("--judge-template", template, READ_FILE))
+    return uses
+
+
+def _is_alias(name: str) -> bool:
+    from ppokit.models.loading import ALIASES
+
+    return name.strip().lower() in ALIASES
+
+
 def _spec(ns: argparse.Namespace) -> dict:
     return {"task": ns.task, "function": ns.function, "model": ns.model, "token": ns.token,
             "judge": ns.judge, "judge_options": judge_options(ns),
@@ -131,10 +174,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     ns = parser.parse_args(argv)
     try:
+        check_judge_options(ns, argv)
         check_bind(ns.host, ns.token, ns.insecure)
         if ns.workers < 1:
             raise ValueError("--workers must be at least 1")
         spec = _spec(ns)
+        check_paths(server_paths(ns))  # before loading: a missing certificate is a sentence, not uvicorn's traceback
         app = app_from_spec(spec)  # also checks the scorer loads before any worker starts
     except (ValueError, PpokitError) as exc:
         parser.error(str(exc))

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from ppokit.rewards.errors import RewardServerError
+from ppokit.rewards.errors import RewardServerError, endpoint_advice
 
 TOKEN_ENV = "PPOKIT_REWARD_TOKEN"
 RETRY_STATUS = {408, 429}
@@ -124,8 +124,11 @@ class RewardServerClient:
         if len(starts) <= 1 or self.concurrency == 1:
             parts = [run(s) for s in starts]
         else:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(starts))) as pool:
+            pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(starts)))
+            try:
                 parts = list(pool.map(run, starts))
+            finally:  # a stop signal (Ctrl-C, a second SIGTERM) does not wait for the requests in flight
+                pool.shutdown(wait=False, cancel_futures=True)
         return [x for part in parts for x in part]
 
     def _exhausted(self, exc: RewardServerError) -> bool:
@@ -162,20 +165,20 @@ class RewardServerClient:
 
     def _post(self, payload: dict, n: int) -> list[float]:
         attempts = self.max_retries + 1
-        last, status = "", None
+        last, status, error = "", None, None
         for attempt in range(attempts):
             if attempt:
                 time.sleep(self._delay(attempt))
             try:
                 resp = self._http.post(self.endpoint, json=payload)
             except httpx.TransportError as exc:
-                last, status = f"{type(exc).__name__}: {exc}", None
+                last, status, error = f"{type(exc).__name__}: {exc}", None, exc
                 log.warning("reward server %s: attempt %d/%d failed: %s", self.url, attempt + 1, attempts, last)
                 continue
             except TypeError as exc:
                 raise RewardServerError(f"the request to {self.url} could not be encoded as JSON: {exc}",
                                         url=self.url) from exc
-            status = resp.status_code
+            status, error = resp.status_code, None
             if status >= 500 or status in RETRY_STATUS:
                 last = f"HTTP {status}: {_message(resp)}"
                 log.warning("reward server %s: attempt %d/%d failed: %s", self.url, attempt + 1, attempts, last)
@@ -183,15 +186,20 @@ class RewardServerClient:
             if status != 200:
                 raise RewardServerError(
                     f"reward server {self.endpoint} rejected the request with HTTP {status}: {_message(resp)} "
-                    "(not retried: the request itself is wrong)",
+                    f"(not retried: a request it cannot answer); {self._advice(status=status)}",
                     url=self.url, attempts=attempt + 1, status=status,
                 )
             return self._parse(resp, n)
         raise RewardServerError(
-            f"reward server {self.endpoint} failed after {attempts} attempts; last error: {last}. "
-            "Check that `python reward_server.py` is running there and reachable, or raise reward_timeout",
+            f"reward server {self.endpoint} failed after {attempts} attempts; last error: {last}; "
+            f"{self._advice(status=status, error=error)}",
             url=self.url, attempts=attempts, status=status,
         )
+
+    def _advice(self, status: int | None = None, error: BaseException | None = None) -> str:
+        return endpoint_advice(self.endpoint, status=status, error=error, server="the reward server "
+                               "(python reward_server.py)", url_key="reward_server",
+                               token_key="reward_server_token (or PPOKIT_REWARD_TOKEN)")
 
     def _parse(self, resp: httpx.Response, n: int) -> list[float]:
         try:

@@ -57,6 +57,7 @@ class NamedReward:
     retries: how often a timed-out call is tried again (`reward_max_retries`).
     skip_on_timeout: after the last timed-out try, the batch's items get None (their groups are dropped)
         instead of a RewardError (`reward_on_error: skip_group`).
+    advice: what to check when it gives no reward (said when every group of a step failed under skip_group).
     """
 
     name: str
@@ -67,6 +68,7 @@ class NamedReward:
     timeout: float | None = None
     retries: int = 0
     skip_on_timeout: bool = False
+    advice: str = ""
 
 
 class RewardTimeout(RewardError):
@@ -74,7 +76,8 @@ class RewardTimeout(RewardError):
 
 
 def with_deadline(reward: NamedReward, timeout: float | None, retries: int, skip: bool) -> NamedReward:
-    return replace(reward, timeout=timeout, retries=retries, skip_on_timeout=skip)
+    advice = f"reward function {reward.name!r} timed out (see the warnings above): make it faster, or raise reward_timeout"
+    return replace(reward, timeout=timeout, retries=retries, skip_on_timeout=skip, advice=reward.advice or advice)
 
 
 # ---------------------------------------------------------------- fields and calling

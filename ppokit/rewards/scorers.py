@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ppokit.rewards.detect import detect_task
-from ppokit.rewards.errors import RewardError
+from ppokit.rewards.errors import RewardError, UnscorableRequest
 from ppokit.rewards.functions import NamedReward, load_reward_function
 from ppokit.rewards.scoring import score_responses
 
@@ -51,9 +51,13 @@ def task_scorer(task: str | None = None, get_task: Callable | None = None) -> Sc
         out: list[Scored] = []
         for i, item in enumerate(items):
             name = task or item.get("task") or detect_task(item.get("prompt") or "", item.get("label"))
-            try:
-                if name not in cache:
+            if name not in cache:
+                try:
                     cache[name] = lookup(name)
+                except Exception as exc:  # the request's fault: a 4xx, not a failure worth retrying
+                    raise UnscorableRequest(f"item {i} names task {name!r}, which this server cannot score: {exc}",
+                                            index=i) from exc
+            try:
                 result = cache[name].score(item.get("response") or "", _item_record(i, item, name), details=True)
             except Exception as exc:
                 raise RewardError(f"scoring item {i} (task {name!r}) failed: {type(exc).__name__}: {exc}",

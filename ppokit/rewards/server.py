@@ -8,7 +8,8 @@
 
 Every failure is an HTTP error status with `{"error_code": <status>, "error_msg": <sentence>}` — never a
 list of zeros: 401 wrong/missing token, 413 body or batch too large, 415 not JSON, 400 unparsable or too
-deeply nested JSON, 422 invalid fields, 500 the scorer raised (message names the item), 503 saturated,
+deeply nested JSON, 422 invalid fields or an item naming what the scorer does not have (an unknown task), 500
+the scorer raised (message names the item), 503 saturated,
 504 scoring took too long.
 
 Load: at most `max_concurrent` scoring threads run; up to `max_queue` requests wait for one. A thread whose
@@ -34,7 +35,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ppokit.rewards.errors import RewardError
+from ppokit.rewards.errors import RewardError, UnscorableRequest
 from ppokit.rewards.scorers import Scorer
 
 DEFAULT_MAX_BATCH = 8192
@@ -317,6 +318,8 @@ def create_app(scorer: Scorer, token: str | None = None, max_batch: int = DEFAUL
             raise HTTPException(504, f"scoring {len(items)} items took longer than the server's "
                                      f"request timeout of {request_timeout:g}s; send smaller batches or "
                                      "start the server with a larger --request-timeout") from exc
+        except UnscorableRequest as exc:
+            raise HTTPException(422, f"the request cannot be scored: {exc}") from exc
         except RewardError as exc:
             raise HTTPException(500, f"scoring failed: {exc}") from exc
         except Exception as exc:

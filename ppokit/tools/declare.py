@@ -18,7 +18,7 @@ import inspect
 import re
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,18 @@ class Tool:
     schema: dict  # {"type": "function", "function": {"name", "description", "parameters"}}
     impl: Any  # has async create / execute / calc_reward / release (verl's BaseTool methods)
     sync: bool = False  # a plain function: impl.execute_sync runs in a worker thread
+    origin: str = ""  # where it was declared (e.g. "tools 'a.py:add'"), for the error when two share a name
+
+
+def declare(found: dict[str, Tool], tool: Tool) -> None:
+    """Add `tool` to `found` (name -> Tool). The model calls a tool by its name, so a second tool of one name is
+    refused wherever the two were declared (two files, one file twice, tools and tool_config_path, two YAML entries)."""
+    first = found.get(tool.name)
+    if first is not None:
+        raise ToolError(f"tool {tool.name!r} is declared twice: in {first.origin or 'an earlier declaration'} and "
+                        f"in {tool.origin or 'a later one'}; the model calls a tool by its name, so each needs its "
+                        "own: rename one, or declare it once")
+    found[tool.name] = tool
 
 
 class FunctionTool:
@@ -142,7 +154,7 @@ BUNDLED = {"multiply": "ppokit.tasks.multiply:multiply"}
 def load_function_tools(spec: str) -> dict[str, Tool]:
     """Tools from 'file.py:fn1,fn2[;other.py:fn3]' or a bundled name ('multiply'), as {name: Tool}."""
     tools: dict[str, Tool] = {}
-    for part in [p.strip() for p in re.split(r"[;]", spec) if p.strip()]:
+    for part in [p.strip() for p in spec.split(";") if p.strip()]:
         if part in BUNDLED:
             module_name, fn_name = BUNDLED[part].split(":")
             fns = [getattr(importlib.import_module(module_name), fn_name)]
@@ -151,17 +163,27 @@ def load_function_tools(spec: str) -> dict[str, Tool]:
             if not sep or not path or not names:
                 raise ToolError(f"tools: {part!r} is not 'file.py:function[,function]' nor a bundled tool "
                                 f"({', '.join(sorted(BUNDLED))})")
+            fn_names = [n.strip() for n in names.split(",") if n.strip()]
+            _refuse_comma_between_files(part, path, fn_names)
             module = _import_file(path, f"tools {part!r}")
             fns = []
-            for fn_name in [n.strip() for n in names.split(",") if n.strip()]:
+            for fn_name in fn_names:
                 fn = getattr(module, fn_name, None)
                 if not callable(fn):
                     raise ToolError(f"tools: {path!r} has no function {fn_name!r}")
                 fns.append(fn)
         for fn in fns:
-            tool = function_tool(fn)
-            tools[tool.name] = tool
+            declare(tools, replace(function_tool(fn), origin=f"tools {part!r}"))
     return tools
+
+
+def _refuse_comma_between_files(part: str, path: str, fn_names: list[str]) -> None:
+    """'a.py:add,b.py:mul' (the comma that separates reward_functions): tool files are separated by ';', the comma
+    separates functions of one file."""
+    if ("," in path and ":" in path) or any(n.endswith(".py") for n in fn_names):
+        fixed = re.sub(r",(?=[^,:;]+\.py(:|$))", ";", part)
+        raise ToolError(f"tools: {part!r} names more than one file; separate tool files with ';' (the comma "
+                        f"separates functions of one file), e.g. {fixed!r}")
 
 
 def _resolve_class(class_name: str, where: str):
@@ -226,7 +248,7 @@ def load_tool_config(path: str) -> dict[str, Tool]:
         missing = [m for m in ("create", "execute", "calc_reward", "release") if not callable(getattr(impl, m, None))]
         if missing:
             raise ToolError(f"{where}: {entry['class_name']} lacks {', '.join(missing)} (verl's BaseTool methods)")
-        tools[name] = Tool(name=name, schema=schema, impl=impl)
+        declare(tools, Tool(name=name, schema=schema, impl=impl, origin=f"tool_config_path {where}"))
     return tools
 
 
@@ -236,10 +258,8 @@ def load_tools(tools: str | None, tool_config_path: str | None) -> dict[str, Too
     if tools:
         found.update(load_function_tools(tools))
     if tool_config_path:
-        for name, tool in load_tool_config(tool_config_path).items():
-            if name in found:
-                raise ToolError(f"tool {name!r} is declared twice (in tools and in {tool_config_path})")
-            found[name] = tool
+        for tool in load_tool_config(tool_config_path).values():
+            declare(found, tool)
     if not found:
         raise ToolError("multi_turn is on but no tool is declared; set tools ('file.py:fn') or tool_config_path")
     return found

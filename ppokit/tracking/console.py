@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -258,12 +259,15 @@ def run_summary(history: list[dict], output_dir: str | Path, wall_s: float, *, l
         names = ", ".join(p.name for p in checkpoints)
         lines.append(f"checkpoints: {names} in {out}/ (--resume_from_checkpoint auto continues the newest)")
     nxt = []
-    python = command_path("python")
+    q = shlex.quote  # pasted into a shell: a folder with a comma, a space or non-ASCII letters stays one word
+    python = q(command_path("python"))
     if visualdl and logging_dir:  # VisualDL opens on the first listed tab; unlisted, the order is a set's
-        nxt.append(f"{command_path('visualdl')} --logdir {logging_dir} --component_tabs {' '.join(VISUALDL_TABS)}")
-    nxt.append(f"{python} -m ppokit.tracking.report {out}")
+        nxt.append(f"{q(command_path('visualdl'))} --logdir {q(str(logging_dir))} --component_tabs "
+                   f"{' '.join(VISUALDL_TABS)}")
+    nxt.append(f"{python} -m ppokit.tracking.report {q(str(out))}")
     if saved_model and (out / "config.json").exists():
-        nxt.append(f"{python} -m ppokit.eval --model {out} --data {eval_data or 'TEST.jsonl'} --n 4")
+        nxt.append(f"{python} -m ppokit.eval --model {q(str(out))} --data {q(eval_data) if eval_data else 'TEST.jsonl'}"
+                   " --n 4")
     lines.append("next:")
     lines += [f"    {command}" for command in nxt]
     return "\n".join(lines)
@@ -304,4 +308,11 @@ def summary_for(session, wall_s: float, after: dict[str, float] | None = None) -
     logging_dir = str(tracker.logging_dir) if tracker is not None else args.logging_dir
     return run_summary(session.history, args.output_dir, wall_s, logging_dir=logging_dir,
                        visualdl="visualdl" in resolve_report_to(args.report_to),
-                       eval_data=str(args.eval_datasets).split(",")[0] if args.eval_datasets else None, after=after)
+                       eval_data=first_dataset(args.eval_datasets), after=after)
+
+
+def first_dataset(spec) -> str | None:
+    """The first file of a dataset list; the whole value when it is itself a path (a folder named 'data,v2')."""
+    if not spec:
+        return None
+    return str(spec) if os.path.exists(str(spec)) else str(spec).split(",")[0]

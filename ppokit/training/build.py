@@ -23,6 +23,7 @@ from ppokit.tracking.console import quiet_hf_progress, set_quiet, stage
 from ppokit.training.engine_setup import choose_device, seed_everything, train_engine, zero_options
 from ppokit.training.model_setup import add_stop_token, configure_model
 from ppokit.training.normalize import RunningNormalizer
+from ppokit.training.run_paths import check_run_paths
 from ppokit.training.sides import Learner, Producer, WeightHandoff
 from ppokit.training.threads import ThreadPolicy
 
@@ -232,6 +233,7 @@ def build_sides(args, model=None, tokenizer=None, reward_functions=None) -> tupl
 
     _ensure_log_handler()  # a Session outside run_ppo.py (a notebook, a script) says its notes as "ppokit: ..." too
     check_hub_datasets(args)  # before minutes of model loading
+    check_run_paths(args, actor_given=model is not None)  # every path written or read, one sentence each
     threads = ThreadPolicy()  # counts other processes' CPU use from here on
     # log_level: debug shows DeepSpeed's config and start-up output; passive (the default) means info
     logger.setLevel("INFO" if args.log_level == "passive" else args.log_level.upper())
@@ -264,8 +266,6 @@ def build_sides(args, model=None, tokenizer=None, reward_functions=None) -> tupl
         from ppokit.rollout.agent_loop import agent_spec
 
         producer.agent = agent_spec(args, policy.tokenizer)
-    elif args.tools or args.tool_config_path:
-        logger.warning("tools / tool_config_path have no effect without multi_turn: true (rollouts stay single-turn)")
     logprob_bs = args.per_device_logprob_batch_size if args.per_device_logprob_batch_size > 0 else \
         geometry.micro_batch_size
     learner = Learner(args=args, dist=dist, plan=plan, policy=policy, logprob_batch_size=logprob_bs, handoff=handoff,

@@ -106,6 +106,7 @@ def train_loop(trainer: Trainer) -> list[dict]:
                 metrics.update(session.evaluate())
                 session.history[-1].update(metrics)
                 evaluated_at = step
+                trainer.between_steps()  # a SIGTERM during the evaluation stops here, before another step
             epoch = loader.epoch
             shown = dict(metrics)
             if plan.due("save", step, args, new_epoch) and step < total:
@@ -117,28 +118,34 @@ def train_loop(trainer: Trainer) -> list[dict]:
             progress.update(step, shown)
             if plan.due("log", step, args, new_epoch) and rank0 and hasattr(progress, "write"):
                 progress.write("ppokit: " + format_summary(step, shown, total=total))  # the console, not the live view
+            trainer.between_steps()  # a SIGTERM during the save: no new step (the checkpoint just written is kept)
         if hasattr(progress, "write"):
             progress.close()  # the steps are done: the bar's s/step stays theirs, what follows says itself
-        after = finish(session, evaluated_at, say if rank0 else lambda text: None)
+        after = finish(trainer, evaluated_at, say if rank0 else lambda text: None)
         if rank0 and hasattr(progress, "write"):
             say(summary_for(session, time.perf_counter() - started, after))
+    except KeyboardInterrupt:  # Ctrl-C or a second SIGTERM (ppokit.checkpoint.signals): nothing in flight is waited for
+        session.pipeline.abandon()
+        raise
     finally:
         progress.close()
         session.close()
     return session.history
 
 
-def finish(session, evaluated_at, say) -> dict[str, float]:
+def finish(trainer, evaluated_at, say) -> dict[str, float]:
     """After the last step: the final evaluation (unless the last step evaluated; it says itself) and the final
     model, said before it starts; its seconds go to tracking_state.json (the report) and are returned for the
     summary, apart from the steps' own times (metrics.jsonl keeps one row per step)."""
     import time
 
+    session = trainer.session
     args = session.args
     if args.do_eval and session.producer.eval_records and evaluated_at != session.global_step:
         final = session.evaluate()
         if session.history:
             session.history[-1].update(final)
+        trainer.between_steps()
     say(f"saving the final model to {args.output_dir} ...")
     started = time.perf_counter()
     session.save(final=True)
@@ -153,11 +160,12 @@ def finish(session, evaluated_at, say) -> dict[str, float]:
 
 def start_pipeline(session):
     """The queue between produce and consume (`training.pipeline`), its producer thread started when asked."""
-    from ppokit.training.pipeline import RolloutPipeline
+    from ppokit.training.pipeline import RolloutPipeline, usable_staleness
 
-    args = session.args
-    pipeline = RolloutPipeline(args.staleness_threshold, threaded=args.async_producer == "thread",
-                               partial_rollout=args.partial_rollout, switch_token=args.partial_rollout_token)
+    args = session.args  # k is capped at what the run's steps can use (with a note)
+    pipeline = RolloutPipeline(usable_staleness(args.staleness_threshold, session.plan.rollout_steps),
+                               threaded=args.async_producer == "thread", partial_rollout=args.partial_rollout,
+                               switch_token=args.partial_rollout_token)
     if pipeline.threaded:
         start_producer_thread(session, pipeline)
     if args.staleness_threshold > 0 and args.rollout_is == "off":
@@ -248,6 +256,6 @@ def describe(session) -> str:
     last = "no step yet" if reward is None else f"last reward/mean={reward:.3g}"
     agent = session.producer.agent
     tools = f"tools={list(agent.tools)}, " if agent is not None and getattr(agent, "tools", None) else ""
-    queue = f", rollouts: {session.pipeline.describe()}" if session.pipeline.staleness else ""
+    queue = f", rollouts: {session.pipeline.describe()}" if session.pipeline.staleness or session.pipeline.queue else ""
     return (f"Session(model={args.actor_model_name_or_path!r}, algorithm={args.rl_algorithm!r}, {tools}"
             f"step={session.global_step}/{total_steps(session)}, output_dir={args.output_dir!r}, {last}{queue})")

@@ -222,12 +222,18 @@ def drop_failed_groups(producer, batch: RolloutBatch, total: torch.Tensor, per_f
                  "every prompt group of another rank")
         raise RewardServerError(
             f"reward_on_error is skip_group and {whose} failed to get a reward, so there is nothing to train on; "
-            "check that the reward server is up and answering (see its log), or set reward_on_error: raise to see "
-            "the first failure")
+            f"{failure_advice(producer.reward_fns, per_fn)}, or set reward_on_error: raise to see the first failure")
     index = keep.nonzero().squeeze(1)[: target * args.rollout_n]
     if len(index) == len(total):
         return batch, total, per_fn, 0
     return batch.select(index), total[index], {k: v[index] for k, v in per_fn.items()}, groups - target
+
+
+def failure_advice(fns, per_fn: dict) -> str:
+    """What to check, from the reward sources that gave no reward (NaN) on this rank: each source's own advice."""
+    failed = [f for f in fns if f.name in per_fn and torch.isnan(per_fn[f.name]).any()]
+    advice = [f.advice or f"check reward source {f.name!r}" for f in failed]
+    return "; ".join(advice) or "check the reward sources on the other ranks (their warnings say which failed)"
 
 
 def advantages(learner, batch: RolloutBatch) -> RolloutBatch:

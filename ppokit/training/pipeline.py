@@ -15,8 +15,11 @@ Also here: `DriftWatch`, the console's one warning when the rollout-vs-trainer l
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
 
 import torch
@@ -25,6 +28,20 @@ from ppokit.rollout.base import WeightSwitch
 from ppokit.training.batch import RolloutBatch
 
 logger = logging.getLogger("ppokit")
+
+
+def usable_staleness(staleness: int, rollout_steps: int) -> int:
+    """`staleness_threshold` capped at what a run of `rollout_steps` steps can use, with a note when it is: with
+    k >= steps - 1 every batch comes from version 0 already, and a larger k only generates batches the run never
+    trains on before its first step (and holds them in every checkpoint). At least 1 for k >= 1, so a one-step run
+    keeps the configuration it asked for."""
+    cap = max(rollout_steps - 1, 1)
+    if staleness <= cap:
+        return staleness
+    logger.info("staleness_threshold=%d is capped at %d: this run has %d rollout steps, so batch i comes from "
+                "policy version max(0, i - %d) already and a larger k would only generate batches it never trains on.",
+                staleness, cap, rollout_steps, cap)
+    return cap
 
 
 class RolloutPipeline:
@@ -47,6 +64,7 @@ class RolloutPipeline:
         self.threaded = threaded and self.staleness > 0
         self._pool = None
         self._pending = None  # the batch being generated in the worker thread (a Future)
+        self._abandoned = None  # a batch left in the worker by a stop signal (`abandon`), never used
         self.partial_rollout, self.switch_token = partial_rollout, switch_token
         self.switch: WeightSwitch | None = None  # set by `threaded_engine` when the engine takes one
 
@@ -55,6 +73,9 @@ class RolloutPipeline:
         Threaded: up to `consumed + k - 1` here, batch `consumed + k` in the worker while this batch trains.
         `pull` (the weight hand-off's producer side) runs here, between batches, on this thread: never in the worker,
         which would otherwise race the learner's next publish."""
+        if self._abandoned is not None:  # a notebook steps on after Ctrl-C: never two generations at once
+            abandoned, self._abandoned = self._abandoned, None
+            abandoned.exception()
         self.wait()
         if pull is not None:
             pull()
@@ -63,10 +84,8 @@ class RolloutPipeline:
             self.queue.append(produce())
             self.produced += 1
         if self.threaded:
-            from concurrent.futures import ThreadPoolExecutor
-
             threads = torch.get_num_threads()
-            self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="ppokit-rollout")
+            self._pool = self._pool or DaemonWorker("ppokit-rollout")
             if self.switch is not None:
                 self.switch.begin()  # before the worker starts: an offer from now on meets a generation in flight
             self._pending = self._pool.submit(_in_thread, produce, threads, self.switch)
@@ -79,7 +98,11 @@ class RolloutPipeline:
             pending, self._pending = self._pending, None
             if self.switch is not None:
                 self.switch.release()  # a step without a weight sync: a loop waiting for weights goes on
-            batch = pending.result()
+            try:
+                batch = pending.result()
+            except KeyboardInterrupt:  # Ctrl-C / a second SIGTERM while waiting: the batch is abandoned
+                self._abandoned = pending
+                raise
             if self.switch is not None:  # rows that finished on the old weights after the new ones were offered
                 batch = replace(batch, stats={**batch.stats,
                                               "async/rows_finished_on_old": float(self.switch.rows_on_old)})
@@ -92,12 +115,22 @@ class RolloutPipeline:
             self._pool.shutdown()
             self._pool = None
 
+    def abandon(self) -> None:
+        """A stop signal (Ctrl-C, a second SIGTERM): the batch in the worker is not waited for and never used; its
+        daemon thread holds neither the caller nor the process's exit (`ppokit.checkpoint.signals`)."""
+        if self._pending is not None:
+            self._abandoned, self._pending = self._pending, None
+            if self.switch is not None:
+                self.switch.release()  # a decoding loop waiting for weights goes on to its end
+
     def lag_metrics(self, batch: RolloutBatch, version: int) -> dict[str, float]:
         """async/version_lag (mean over the rows), async/version_lag/max and async/queue_batches for a batch about
         to train on policy version `version`; nothing when k = 0 (the synchronous step logs what it always did)."""
-        if self.staleness == 0 or batch.policy_version is None:
+        if batch.policy_version is None:
             return {}
         lag = (version - batch.policy_version).float()
+        if self.staleness == 0 and not lag.any():  # k = 0 logs what the synchronous step always did (a batch
+            return {}  # queued by a checkpoint of another k is stale: its lag is logged)
         metrics = {"async/version_lag": float(lag.mean()), "async/version_lag/max": float(lag.max()),
                    "async/queue_batches": float(len(self.queue) + (self._pending is not None))}
         return {**metrics, **newer_tokens(batch)}
@@ -108,7 +141,7 @@ class RolloutPipeline:
 
     def describe(self) -> str:
         """e.g. 'staleness_threshold=2, queue 2 batches (policy versions 3, 4), 7 produced, 5 consumed'."""
-        if self.staleness == 0:
+        if self.staleness == 0 and not self.queue:
             return "synchronous (staleness_threshold=0)"
         versions = ", ".join(map(str, self.versions())) or "-"
         switch = ""
@@ -125,12 +158,40 @@ class RolloutPipeline:
                 "queue": list(self.queue)}
 
     def load_state_dict(self, state: dict) -> None:
-        if int(state["staleness"]) != self.staleness:
+        """The saved queue and counters, whatever this run's k: every queued batch is consumed first, in order, and
+        production continues after the last one, so a change of k on resume neither skips nor repeats a prompt."""
+        if int(state["staleness"]) != self.staleness and state["queue"]:
             logger.warning("the checkpoint's rollout queue was built with staleness_threshold=%s, this run has %s; "
                            "its %d queued batches are used as they are", state["staleness"], self.staleness,
                            len(state["queue"]))
         self.produced, self.consumed = int(state["produced"]), int(state["consumed"])
         self.queue = deque(state["queue"])
+
+
+class DaemonWorker:
+    """One daemon thread running the submitted calls in order: ThreadPoolExecutor(1) without its join at the
+    interpreter's exit, so a batch abandoned after a stop signal cannot hold the process."""
+
+    def __init__(self, name: str):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            future, fn, args = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # carried to the waiting thread (`RolloutPipeline.wait`)
+                    future.set_exception(exc)
+
+    def submit(self, fn: Callable, *args) -> Future:
+        future: Future = Future()
+        self.jobs.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        self.jobs.put(None)
 
 
 def newer_tokens(batch: RolloutBatch) -> dict[str, float]:

@@ -17,6 +17,11 @@ differs, and a resumed run no longer equals the uninterrupted one. The first cha
 with its reason; every count is in the metrics (cpu/rollout_threads, cpu/update_threads).
 
 A `torch.set_num_threads` call of the user's own is kept from then on.
+
+How the threads wait is not the count: `ppokit/thread_waiting.py` bounds libgomp's spin before torch loads (the
+same bits, docs/performance.md). Whatever the policy, before each phase the same /proc/stat reading tells whether
+other processes took cores this run's threads needed; the first time they did, the console says so once, with the
+levers (`slowed_note`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import time
 import torch
 
 from ppokit.args import ConfigError
+from ppokit.thread_waiting import BOUNDED_SPINS, Waiting, busy_seconds, own_seconds, waiting_lever
 
 ENV = "PPOKIT_THREADS"
 logger = logging.getLogger("ppokit")
@@ -40,29 +46,6 @@ def _cpus() -> set[int]:
         return set(range(os.cpu_count() or 1))
 
 
-def busy_seconds(cpus: set[int]) -> float | None:
-    """CPU-seconds the cores in `cpus` spent busy since boot (user, nice, system, irq, softirq, steal), or None
-    where /proc/stat cannot be read."""
-    try:
-        with open("/proc/stat") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    ticks = 0
-    for line in lines:
-        name, *fields = line.split()
-        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
-            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
-            ticks += user + nice + system + irq + softirq + steal
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def own_seconds() -> float:
-    """CPU-seconds this process (all its threads) has used."""
-    t = os.times()
-    return t.user + t.system
-
-
 class ThreadPolicy:
     """Torch's intra-op thread count for a run: fixed (the default, or N), or fitted to the free cores (auto)."""
 
@@ -72,7 +55,8 @@ class ThreadPolicy:
         mode = (os.environ.get(ENV, "fixed") if mode is None else mode).strip().lower() or "fixed"
         self.fixed: int | None = None
         self.adaptive = mode == "auto" and "OMP_NUM_THREADS" not in os.environ and len(self.cpus) > 1
-        self._said = False
+        self._said = False  # auto's first change
+        self._slowed_said = False
         if mode.isdigit() and int(mode) > 0:
             self.fixed = int(mode)
             torch.set_num_threads(self.fixed)
@@ -93,17 +77,26 @@ class ThreadPolicy:
     def _sample(self) -> tuple[float, float | None, float]:
         return time.monotonic(), busy_seconds(self.cpus), own_seconds()
 
-    def fit(self) -> int:
-        """Set and return the thread count for the next phase."""
-        if not self.adaptive or (self._chosen is not None and torch.get_num_threads() != self._chosen):
-            self.adaptive = False  # set by hand since we last chose: theirs from now on
-            return torch.get_num_threads()
+    def others_since_mark(self) -> float | None:
+        """Cores (logical) other processes kept busy since the last reading, steal included; None while the
+        window is under 0.5 s (it keeps growing) or /proc/stat cannot be read."""
         now = self._sample()
         (t0, busy0, own0), (t1, busy1, own1) = self._mark, now
-        if busy0 is None or busy1 is None or t1 - t0 < 0.5:  # too short a window to tell
-            return torch.get_num_threads()
+        if busy0 is None or busy1 is None or t1 - t0 < 0.5:
+            return None
         self._mark = now
-        others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)  # cores (logical) busy with others
+        return max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
+
+    def fit(self) -> int:
+        """Set and return the thread count for the next phase (and say once when others slowed this run)."""
+        others = self.others_since_mark()
+        if not self.adaptive or (self._chosen is not None and torch.get_num_threads() != self._chosen):
+            self.adaptive = False  # set by hand since we last chose: theirs from now on
+            if others is not None and not self._slowed_said:
+                self._slowed_said = slowed_note(others, len(self.cpus), torch.get_num_threads())
+            return torch.get_num_threads()
+        if others is None:  # too short a window to tell
+            return torch.get_num_threads()
         threads = max(1, min(self.most, round(self.most * (1 - others / len(self.cpus)))))
         if threads != torch.get_num_threads():
             # once with its reason; every later count is in the metrics, not on the console
@@ -117,10 +110,46 @@ class ThreadPolicy:
         return threads
 
 
+def say_wait_is_fixed_already() -> None:
+    """Once per process, where torch (on libgomp) was imported before ppokit: the wait can no longer be chosen."""
+    if not Waiting.too_late or Waiting.told or not _libgomp_loaded():
+        return
+    Waiting.told = True
+    logger.info("torch was imported before ppokit, so how its threads wait can no longer be chosen: libgomp read "
+                "that when torch loaded, and its idle threads spin ≈ 3-10 ms before sleeping, which beside busy "
+                "processes can make steps several times slower. The thread count is still ppokit's (%s, or "
+                "torch.set_num_threads). For the short spin, import ppokit before torch (in a notebook: restart the "
+                "kernel), or set GOMP_SPINCOUNT=%s before Python starts", ENV, BOUNDED_SPINS)
+
+
+def _libgomp_loaded() -> bool:
+    try:
+        with open("/proc/self/maps") as f:
+            return "libgomp" in f.read()
+    except OSError:
+        return False
+
+
+def slowed_note(others: float, cores: int, threads: int) -> bool:
+    """Say (once per run: the caller keeps the answer) that other processes took cores this run's fixed thread
+    count needed, with the levers; True when said. Beside `others` busy cores, `threads` threads on `cores` cores
+    share them as soon as others > cores - threads: half a core more than that is a step clearly slower than idle."""
+    if others < cores - threads + 0.5:
+        return False
+    logger.info("other processes kept %.1f of this machine's %d cores busy while this run computed on %d threads, "
+                "so its steps are slower than the same work on an idle machine. The count stays %d (it decides the "
+                "bits: the run repeats and resumes exactly). Levers: %s=auto follows the free cores (faster here, "
+                "but two runs then differ in the last bits), %s=1 fixes one thread (other bits than %d); %s. "
+                "Said once", others, cores, threads, threads, ENV, ENV, threads, waiting_lever())
+    return True
+
+
 def fit_threads(state, phase: str) -> dict[str, float]:
     """Fit the thread count before `phase` of a CPU run; {"cpu/<phase>_threads": count} where ppokit sets the
     count (fixed, N or auto), else {} (off)."""
     policy = getattr(state, "threads", None)
+    if policy is not None:
+        say_wait_is_fixed_already()  # here, not at build: the console's level is set by then
     if policy is None or not (policy.adaptive or policy.fixed):
         return {}
     return {f"cpu/{phase}_threads": float(policy.fit())}

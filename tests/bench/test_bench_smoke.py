@@ -86,3 +86,51 @@ def test_one_device_bound_hides_the_shorter_of_update_and_waiting():
     assert one_device_bound({**sync, "reward": {"median_s": 6.0}}) == 7.0  # compute 1 + max(4, 6)
     line = async_bound_line(sync, {"step": {"median_s": 9.9}})
     assert "0.90x sync" in line and "async / bound 1.10" in line
+
+
+def test_bench_neighbours_runs_idle_then_loaded_and_leaves_no_neighbour_behind(tmp_path):
+    import os
+
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, "-m", "ppokit.bench", str(write_config(tmp_path)), "--steps", "2", "--warmup", "1",
+           "--neighbours", "2", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert list(report["results"]) == ["ppokit", "ppokit beside 2 busy"]
+    assert [r["neighbours"] for r in report["results"].values()] == [0, 2]
+    for result in report["results"].values():
+        assert len(result["steps"]) == 2 and result["summary"]["step"]["median_s"] > 0
+        assert result["others_cores"] is None or result["others_cores"] >= 0
+    assert "ppokit beside 2 busy: step" in done.stdout and "x its idle step" in done.stdout
+    assert len(report["neighbour_pids"]) == 2
+    for pid in report["neighbour_pids"]:  # killed and reaped when the loaded run ended
+        assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_busy_neighbours_end_when_the_block_ends_even_on_an_error():
+    import os
+
+    from ppokit.bench.neighbours import busy_neighbours
+
+    with pytest.raises(RuntimeError), busy_neighbours(2, limit_s=60) as pids:
+        assert all(os.path.exists(f"/proc/{pid}") for pid in pids)
+        raise RuntimeError("the trainer failed")
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
+def test_loaded_lines_compare_each_trainer_with_its_idle_run():
+    from ppokit.bench.__main__ import loaded_lines, with_neighbours
+
+    runs = with_neighbours([("ppokit", "ppokit", {}), ("trl", "trl", {})], 3)
+    assert [(label, n) for label, _, _, n in runs] == [("ppokit", 0), ("ppokit beside 3 busy", 3), ("trl", 0),
+                                                        ("trl beside 3 busy", 3)]
+    step = lambda s, others: {"summary": {"step": {"median_s": s}}, "others_cores": others,  # noqa: E731
+                              "wait": {"OMP_WAIT_POLICY": "PASSIVE" if others else None}}
+    text = loaded_lines({"ppokit": step(4.0, 0.1), "ppokit beside 3 busy": step(6.0, 2.9), "trl": step(16.0, None),
+                         "trl beside 3 busy": step(48.0, 3.0)})
+    assert "ppokit beside 3 busy: step 1.50x its idle step; other processes kept 2.9 cores busy" in text
+    assert "0.1 during the idle run" in text and "? during the idle run" in text
+    assert "threads waited OMP_WAIT_POLICY=PASSIVE beside them, OMP_WAIT_POLICY=PASSIVE idle" in text
+    assert "threads waited OMP_WAIT_POLICY=PASSIVE beside them, as libgomp's default idle" in text
+    assert "trl / ppokit step: 4.00x idle, 8.00x beside the neighbours" in text

@@ -19,6 +19,7 @@ from ppokit.checkpoint import (
 from ppokit.checkpoint.claim import EarlierRunError
 from ppokit.checkpoint.run import check_output_dir
 from ppokit.models.folders import hf_state_dict
+from ppokit.paths import PathError
 from ppokit.session import Session
 
 
@@ -91,7 +92,8 @@ def test_ignore_save_lr_and_optim_saves_weights_only_and_resumes_them(tiny_model
     s.close()
     files = [p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()]
     assert not (path / "actor_ds").exists()
-    assert not [f for f in files if "optim" in f or f.endswith(".pt") and not f.startswith("rng_state")], files
+    run_state = ("rng_state", "state_rollout_queue")  # the RNGs and the (empty) rollout queue: no optimizer state
+    assert not [f for f in files if "optim" in f or f.endswith(".pt") and not f.startswith(run_state)], files
     assert (path / "actor_adapter").is_dir() == ("lora_rank" in extra)
     r = Session.resume(str(tmp_path / "out"))
     assert r.state.policy.engine.get_lr()[0] == lr  # the LR schedule continues (only Adam's moments restart)
@@ -145,13 +147,13 @@ def test_resume_auto_without_a_checkpoint_starts_fresh_but_true_needs_one(tiny_m
     assert t.global_step == 0
 
 
-def test_unwritable_output_dir_stops_before_the_first_step(tiny_model_dir, tmp_path):
+def test_unwritable_output_dir_stops_before_the_models_load(tiny_model_dir, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    s = session(tiny_model_dir, tmp_path, output_dir=str(blocker / "out"))
-    with pytest.raises(CheckpointError, match="is not writable"):
-        s.train()
-    assert s.global_step == 0
+    with pytest.raises(PathError, match=f"output_dir: {blocker / 'out'} cannot be created: {blocker} is a file, not"):
+        session(tiny_model_dir, tmp_path, output_dir=str(blocker / "out"))  # ppokit.paths, before build_state loads
+    with pytest.raises(CheckpointError, match="is not writable"):  # train()'s own check stays (output_dir may change)
+        check_output_dir(blocker / "out", 0)
 
 
 def test_too_little_disk_is_found_before_training(tiny_model_dir, tmp_path):

@@ -113,8 +113,8 @@ def test_user_templates_format_and_jinja(tmp_path):
         load_template("Rate {question}")
     with pytest.raises(ValueError, match="neither a built-in template"):
         load_template("missing_file.j2")
-    with pytest.raises(ValueError, match="was not given"):
-        load_template("{answer} {nope}").render(question="q", answer="a", reference=None)
+    with pytest.raises(ValueError, match="names nope, which no judge prompt is given"):  # at load, not at a rollout
+        load_template("{answer} {nope}")
 
 
 

@@ -67,7 +67,8 @@ def judge_reward(args: Any) -> NamedReward:
         timeout=float(_attr(args, "reward_timeout", 60.0)), max_retries=int(_attr(args, "reward_max_retries", 3)),
         allow_remote=bool(_attr(args, "judge_allow_remote")), want_probs=_attr(args, "judge_parser") == "p_yes")
     return NamedReward(name="judge", fn=make_judge(client, args), allow_none=on_error == "skip_group",
-                       locate_errors=False)
+                       locate_errors=False, advice=f"check the judge ({model}): the 'judge:' warnings above name each "
+                       "answer it could not score and why (a failed call, or a verdict that did not parse)")
 
 
 def make_judge(client, args: Any) -> JudgeReward:

@@ -170,12 +170,21 @@ class HttpJudge:
 
     def _first_model(self) -> str:
         """The endpoint's first model id (GET /v1/models), for servers that need `model` and none was named."""
+        import httpx
+
         models_url = self.url[: -len("/chat/completions")] + "/models"
         try:
             resp = self.http.get(models_url)
+        except httpx.HTTPError as exc:
+            raise ValueError(f"judge endpoint {self.name}: GET {models_url} failed ({type(exc).__name__}: {exc}); "
+                             f"{_advice(self.name, error=exc)}") from exc
+        if resp.status_code != 200 and resp.status_code != 404:
+            raise ValueError(f"judge endpoint {self.name}: GET {models_url} answered HTTP {resp.status_code}: "
+                             f"{resp.text[:200]}; {_advice(self.name, status=resp.status_code)}")
+        try:
             resp.raise_for_status()
             return str(resp.json()["data"][0]["id"])
-        except Exception as exc:
+        except Exception as exc:  # the endpoint answers but lists no model: name one
             raise ValueError(f"judge endpoint {self.name}: no judge_api_model was given and GET {models_url} did not "
                              f"name one ({type(exc).__name__}: {exc}); set judge_api_model to the served model's "
                              "name") from exc
@@ -183,33 +192,44 @@ class HttpJudge:
     def complete(self, conversations: Sequence[list[dict]]) -> list[JudgeReply]:
         if not conversations:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations)))
+        try:
             return list(pool.map(self._one, conversations))
+        finally:  # a stop signal (Ctrl-C, a second SIGTERM) does not wait for the requests in flight
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _one(self, messages: list[dict]) -> JudgeReply:
         import httpx
 
         body = {**self.body, "model": self.api_model, "messages": messages}
-        why = ""
+        why = advice = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(self.backoff * attempt)
             try:
                 resp = self.http.post(self.url, json=body)
-            except httpx.TimeoutException:
-                why = f"timed out after {self.timeout:g} s"
+            except httpx.TimeoutException as exc:
+                why, advice = f"timed out after {self.timeout:g} s", _advice(self.name, error=exc)
                 continue
             except httpx.HTTPError as exc:
-                why = f"{type(exc).__name__}: {exc}"
+                why, advice = f"{type(exc).__name__}: {exc}", _advice(self.name, error=exc)
                 continue
             if resp.status_code >= 500:
-                why = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                why, advice = f"HTTP {resp.status_code}: {resp.text[:200]}", _advice(self.name, status=resp.status_code)
                 continue
             if resp.status_code >= 400:
                 return JudgeReply(error=f"judge endpoint {self.url} answered HTTP {resp.status_code}: "
-                                        f"{resp.text[:200]} (not retried)")
+                                        f"{resp.text[:200]} (not retried); {_advice(self.name, status=resp.status_code)}")
             return _reply(resp, self.url)
-        return JudgeReply(error=f"judge endpoint {self.url} failed {self.max_retries + 1} tries, last: {why}")
+        return JudgeReply(error=f"judge endpoint {self.url} failed {self.max_retries + 1} tries, last: {why}; {advice}")
+
+
+def _advice(url: str, *, status: int | None = None, error: BaseException | None = None) -> str:
+    """`endpoint_advice` in the judge's words (its server, its URL key, its token)."""
+    from ppokit.rewards.errors import endpoint_advice
+
+    return endpoint_advice(url, status=status, error=error, server="the judge's server", url_key="judge_model",
+                           token_key=TOKEN_ENV)
 
 
 def _reply(resp, url: str) -> JudgeReply:

@@ -60,6 +60,9 @@ class JudgeReward:
                  on_error: str = "raise", score_range: tuple[float, float] = (1.0, 10.0)):
         if on_error not in ("raise", "skip_group"):
             raise RewardError(f"reward_on_error is {on_error!r}; use 'raise' or 'skip_group'")
+        if not score_range[0] < score_range[1]:
+            raise RewardError(f"judge_score_range {list(score_range)}: the lowest score must be below the highest (a "
+                              "verdict's score is mapped from [lowest, highest] onto 0..1), e.g. [1, 10]")
         if template.mode == "pairwise" and template.parser != "choice":
             raise RewardError(f"a pairwise judge template needs judge_parser: choice, not {template.parser!r}")
         self.client, self.template, self.rubric = client, template, list(rubric or [])
@@ -99,10 +102,12 @@ class JudgeReward:
         why = (f"its verdict did not parse as {self.template.parser}: {unparsed[first][:300]!r}" if first in unparsed
                else errors[first])
         what = f"{plural(len(unparsed), 'unparsed verdict')} and {plural(len(errors), 'failed judge call')}"
-        if self.on_error == "raise":
+        if self.on_error == "raise":  # a failed call's error says what to check; an unparsed verdict, the format
+            fix = (f"Fix the template or judge_parser so that the judge answers as {self.template.parser} reads it"
+                   if first in unparsed else "Fix what the error names")
             raise RewardError(f"the judge ({self.client.name}, template {self.template.name}) could not score "
-                              f"{plural(len(failed), 'answer')} ({what}); first, {source}: {why}. Fix the template or the "
-                              "endpoint, or set reward_on_error: skip_group to drop such groups (counted)",
+                              f"{plural(len(failed), 'answer')} ({what}); first, {source}: {why}. {fix}, or set "
+                              "reward_on_error: skip_group to drop such groups (counted)",
                               first, source if records else None)
         log.warning("judge: %s unscored (%s), their groups are skipped; first, %s: %s", plural(len(failed), "answer"),
                     what, source, why)

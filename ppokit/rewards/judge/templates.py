@@ -160,7 +160,44 @@ def load_template(spec: str, parser: str | None = None, mode: str | None = None)
     if not re.search(r"{{?\s*(answer|answer_a)\b", text):
         raise ValueError(f"judge template {name!r} never names the answer ({{{{ answer }}}} or {{answer}}); the judge "
                          "would not see what it grades")
+    check_fields(name, text, jinja)
     return Template(name, text, parser, mode, jinja=jinja)
+
+
+FIELDS = ("question", "answer", "reference", "answer_a", "answer_b", "item")
+
+
+def check_fields(name: str, text: str, jinja: bool) -> None:
+    """Refuse, before the first rollout, a user template that cannot render: a syntax error (with its line) or a
+    field that no template is given (ValueError)."""
+    if jinja:
+        import jinja2
+        from jinja2 import meta
+
+        try:
+            names = meta.find_undeclared_variables(jinja2.Environment().parse(text))
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(f"judge template {name!r} line {exc.lineno}: {exc.message} (Jinja syntax): "
+                             f"{_line(text, exc.lineno)!r}; fix that line") from None
+    else:
+        import string
+
+        names = set()
+        for number, line in enumerate(text.splitlines(), 1):
+            try:
+                names |= {field.split(".")[0].split("[")[0] for _, field, _, _ in string.Formatter().parse(line) if field}
+            except ValueError as exc:
+                raise ValueError(f"judge template {name!r} line {number}: {exc} (Python format fields; write a "
+                                 f"literal brace as {{{{ or }}}}): {line.strip()!r}; fix that line") from None
+    unknown = sorted(set(names) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"judge template {name!r} names {', '.join(unknown)}, which no judge prompt is given; its "
+                         f"fields are {', '.join(FIELDS)}")
+
+
+def _line(text: str, number: int | None) -> str:
+    lines = text.splitlines()
+    return lines[number - 1].strip() if number and 0 < number <= len(lines) else ""
 
 
 # ---------------------------------------------------------------- parsers
