@@ -9,10 +9,12 @@ from ppokit.errors import PpokitError, exit_at_once, exit_with_sentence
 def main() -> None:
     """Parse the arguments (exits on --print_config or a config mistake), then train."""
     args = parse_cli(sys.argv[1:])
+    from ppokit.checkpoint.claim import refuse_before_loading
     from ppokit.checkpoint.signals import stop_sentence
     from ppokit.session import Session
 
     try:
+        refuse_before_loading(args)  # an earlier run's folder is refused before minutes of model loading
         Session(args).train()
     except PpokitError as exc:  # a user's mistake, a failed reward source, SIGTERM (143): a sentence, no traceback
         exit_with_sentence(exc, getattr(exc, "exit_code", 2))

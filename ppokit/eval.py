@@ -165,6 +165,7 @@ def run(ns: argparse.Namespace) -> tuple[dict[str, float], list[dict], str, dict
         print(f"note: greedy decoding gives {ns.n} identical responses per prompt, so pass@k equals pass@1; "
               "pass --temperature 1.0 to sample", file=sys.stderr)
     records, path = load_records(ns, args)
+    print(f"ppokit: loading {ns.model} and {len(records)} prompts of {path} ...", file=sys.stderr, flush=True)
     producer = build_eval_producer(args, records)
     samples: list[dict] = []
     metrics = evaluate(producer, k=ns.k or ns.n, samples=samples)

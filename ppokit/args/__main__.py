@@ -16,6 +16,25 @@ USAGE = """usage: python -m ppokit.args explain KEY      describe a key (type, d
        python -m ppokit.args verl-table       the verl key table as Markdown (docs/verl.md)"""
 
 
+def key_list() -> str:
+    """Every key with its type and description, by section (model, data, algorithm, batch, lengths, rewards, tools,
+    run, then the others by name); the keys accepted for PaddleNLP compatibility with no effect last, names only."""
+    from .effect import SECTIONS, section_of
+    from .fieldinfo import type_name
+    from .translate import IGNORED
+
+    fields = Arguments.model_fields
+    lines, order = [], [name for name, _ in SECTIONS] + ["other"]
+    for section in order:
+        keys = [k for k in (dict(SECTIONS).get(section) or sorted(fields)) if k in fields and k not in IGNORED
+                and section_of(k) == section]
+        lines.append(f"## {section}")
+        lines += [f"{k} ({type_name(fields[k].annotation)}): {fields[k].description}" for k in keys] + [""]
+    lines.append("## accepted for PaddleNLP compatibility, no effect in ppokit (`explain KEY` says why)")
+    lines.append(", ".join(sorted(IGNORED)))
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     """Run one subcommand; returns the exit status."""
     if not argv or argv[0] in ("-h", "--help"):
@@ -30,8 +49,7 @@ def main(argv: list[str]) -> int:
             return 2
         return 0
     if command == "list" and not rest:
-        for key, field in sorted(Arguments.model_fields.items()):
-            print(f"{key}: {field.description}")
+        print(key_list(), end="")
         return 0
     if command == "translate" and len(rest) == 3 and rest[1] == "--to":
         from .dialect import verl

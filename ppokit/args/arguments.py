@@ -35,6 +35,7 @@ class Arguments(ModelArguments, DataArguments, TrainingArguments, PpokitArgument
 
     _notes: list[str] = PrivateAttr(default_factory=list)
     _guard: Any = PrivateAttr(default=None)  # a running Session's check of assignments (`liveness.guard`)
+    _given: frozenset | None = PrivateAttr(default=None)  # keys the user gave (file, argv, overrides, assignments)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Validated assignment; a refused value is one sentence (AssignmentError), not a pydantic report."""
@@ -46,7 +47,15 @@ class Arguments(ModelArguments, DataArguments, TrainingArguments, PpokitArgument
             return self._guard(self, name, value)
         self._assign(name, value)
 
+    @property
+    def given(self) -> frozenset:
+        """The keys the user gave (the file, the command line, overrides, assignments), not the ones ppokit
+        derived from them (max_src_len, decay_steps, per-device sizes); all set keys when not recorded."""
+        return self._given if self._given is not None else frozenset(self.model_fields_set)
+
     def _assign(self, name: str, value: Any) -> None:
+        if self._given is not None and not name.startswith("_"):
+            self._given = self._given | {name}
         try:
             super().__setattr__(name, value)
         except ValidationError as exc:

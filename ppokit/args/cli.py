@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import Any
 
+from ppokit.algorithms import algorithm
 from ppokit.errors import PpokitError
 
 from .arguments import Arguments
@@ -41,6 +42,8 @@ def derived_section(args: Arguments, world_size: int) -> dict[str, Any]:
     else:
         out = run_plan(args, plan, batches).to_dict()
     out["max_steps_counts"] = "rollout steps"
+    if not algorithm(args.rl_algorithm).needs_critic:
+        out.pop("critic_lr_schedule", None)  # no critic is trained: its schedule is not part of the plan
     if args.multi_turn:
         out["tools"] = offered_tools(args)
     return out
@@ -57,7 +60,9 @@ def offered_tools(args: Arguments) -> dict[str, str] | str:
     out = {}
     for name, tool in tools.items():
         fn = tool.schema.get("function", {})
-        params = ", ".join(fn.get("parameters", {}).get("properties", {}))
+        properties = fn.get("parameters", {}).get("properties", {})
+        params = ", ".join(f"{p}: {spec.get('type', 'any')}" if isinstance(spec, dict) else p
+                           for p, spec in properties.items())
         out[name] = f"{name}({params}): {fn.get('description', '').strip()}".rstrip(": ")
     return out
 
@@ -83,9 +88,14 @@ def epoch_batches(args: Arguments, prompts_per_step: int) -> int | None:
 
 
 def resolved_config(args: Arguments, world_size: int | None = None) -> dict[str, Any]:
-    """All arguments, then 'derived' (batch plan) and 'notes', as a JSON-able dict."""
+    """The arguments with an effect in this run in reading order (model, data, algorithm, batch, lengths, rewards,
+    tools, ...), then 'derived' (batch plan), 'notes', and last 'no_effect_here': {why: "key=value, ..."} of the keys
+    this configuration never reads (`effect.inactive`), as a JSON-able dict."""
+    from .effect import folded
+
     world = env_world_size() if world_size is None else world_size
-    return {**args.to_dict(), "derived": derived_section(args, world), "notes": list(args.notes)}
+    shown, hidden = folded(args, args.to_dict())
+    return {**shown, "derived": derived_section(args, world), "notes": list(args.notes), "no_effect_here": hidden}
 
 
 class _BarSafeHandler(logging.StreamHandler):
@@ -96,8 +106,11 @@ class _BarSafeHandler(logging.StreamHandler):
             from tqdm import tqdm
         except ImportError:
             return super().emit(record)
+        from ppokit.liveline import beside_live_line
+
         try:
-            tqdm.write(self.format(record), file=self.stream)
+            with beside_live_line():  # never glued to a stage's "reading the prompts…"
+                tqdm.write(self.format(record), file=self.stream)
         except Exception:
             self.handleError(record)
 

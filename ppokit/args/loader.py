@@ -146,6 +146,7 @@ def load_arguments(path: str | os.PathLike | None = None, overrides: dict | None
     args = _validate(values, origin)
     updates, rule_notes = _derive(args, origin)
     args = _validate({**values, **updates}, origin)
+    args._given = frozenset(values)
     _refuse_non_finite(args, origin)
     notes += ignored_notes({k: getattr(args, k) for k in values}) + rule_notes
     problems = consistency_errors(args) + early_errors(args)

@@ -109,7 +109,8 @@ class RunPlan:
         ]
         if self.has_critic:  # GRPO and the other critic-free algorithms have no critic schedule to show
             lines.append(f"critic: {self.critic_schedule.describe()}")
-        lines.append(f"evaluate {self.eval_every}; save {self.save_every}; log {self.log_every}")
+        lines.append(f"evaluate {at_the_end(self.eval_every, self.rollout_steps)}; save "
+                     f"{at_the_end(self.save_every, self.rollout_steps, final='the final model')}; log {self.log_every}")
         return lines
 
     def __repr__(self) -> str:
@@ -125,6 +126,22 @@ class RunPlan:
                    eval_every=self.eval_every, save_every=self.save_every, log_every=self.log_every,
                    hand_steps=self.hand_steps, summary=self.describe())
         return out
+
+
+def at_the_end(every: str, steps: int, final: str = "") -> str:
+    """What `train()` does over `steps` steps for a cadence ("every 10 steps", "never", ...): it also evaluates
+    after the last step when that step is not one of the cadence's, and always saves `final` (the final model)
+    there. E.g. "after the last step (every 10 steps: none within 4)"."""
+    tail = f"{final} after the last step" if final else "after the last step"
+    if every == "never":
+        return tail if final else every
+    words = every.split()
+    n = int(words[1]) if every.startswith("every ") and words[1].isdigit() else 1  # "every step", "each epoch": 1
+    if every.startswith("every") and n > steps:
+        return f"{tail} ({every}: none within {steps})"
+    if final or (every.startswith("every") and steps % n):
+        return f"{every} and {tail}"
+    return every
 
 
 def rollout_steps(args: Any, batches_per_epoch: int | None) -> tuple[int, str]:

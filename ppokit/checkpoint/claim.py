@@ -148,6 +148,21 @@ def claim_output_dir(args, *, resuming: bool, doing: str) -> None:
         raise problem
 
 
+def refuse_before_loading(args, doing: str = "training") -> None:
+    """What `train()` would refuse once the models are loaded (`decide`), said before they load: a live run's
+    folder, or an earlier run's records that this fresh run would start over (not a resume, not
+    overwrite_output_dir, not `auto` continuing an interrupted run). Changes nothing on disk."""
+    root = Path(args.output_dir)
+    check_no_live_run(root, doing)
+    spec = args.resume_from_checkpoint
+    resuming = spec not in (None, False, "") and not (is_auto(spec) and not complete_checkpoints(root))
+    if resuming or args.overwrite_output_dir:
+        return
+    found = earlier_records(root)
+    if found and not (is_auto(spec) and not finished(root)):
+        raise refusal(root, found, doing)
+
+
 def open_tracker(session):
     """The Session's tracker, opened at its first write: a live run's folder, or an earlier run's records, are
     refused (not erased)."""

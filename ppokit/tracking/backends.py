@@ -193,12 +193,14 @@ def compact_hparams(scalars: dict[str, int | float | str], info: dict) -> dict[s
     defaults = info.get("defaults")
     if not defaults:
         return dict(scalars)
-    skip = set(info.get("no_effect", ())) | set(WHERE_KEYS)
+    skip = set(info.get("no_effect", ())) | set(info.get("inactive", ())) | set(WHERE_KEYS)
     default_scalars = hparams_for_backends(defaults)
-    changed = [k for k in scalars if k not in skip and (k not in defaults or default_scalars.get(k) != scalars[k])]
+    given = set(info.get("given", scalars))  # derived values (decay_steps, per-device sizes) are not changes
+    changed = [k for k in scalars if k not in skip and k in given and
+               (k not in defaults or default_scalars.get(k) != scalars[k])]
     rank = {k: i for i, k in enumerate(CORE_HPARAMS)}
     changed.sort(key=lambda k: rank.get(k, len(rank)))
-    rest = [k for k in CORE_HPARAMS if k in scalars and k not in changed]
+    rest = [k for k in CORE_HPARAMS if k in scalars and k not in changed and k not in skip]
     return {k: scalars[k] for k in changed + rest}
 
 
@@ -214,8 +216,9 @@ _NO_EFFECT = re.compile(r"no effect (here|in ppokit)|informational only", re.I)
 
 
 def args_info(model) -> dict:
-    """{"defaults": {key: default}, "no_effect": [keys]} of a pydantic arguments model ({} for a dict):
-    what the report needs to put the changed keys first and leave out the ones that do nothing here."""
+    """{"defaults": {key: default}, "no_effect": [keys], "inactive": {key: why}} of a pydantic arguments model ({}
+    for a dict): what the report needs to put the changed keys first and leave out the ones that do nothing here
+    (no_effect: in ppokit at all; inactive: in this configuration, `ppokit.args.effect.inactive`)."""
     from ppokit.tracking.jsonl import to_jsonable
 
     fields = getattr(type(model), "model_fields", None)
@@ -229,4 +232,11 @@ def args_info(model) -> dict:
             continue
         if _NO_EFFECT.search(field.description or ""):
             no_effect.append(key)
-    return {"defaults": defaults, "no_effect": no_effect}
+    info = {"defaults": defaults, "no_effect": no_effect}
+    if isinstance(getattr(model, "given", None), frozenset):  # what the user set, not what ppokit derived
+        info["given"] = sorted(model.given)
+    if hasattr(model, "rl_algorithm"):
+        from ppokit.args.effect import inactive
+
+        info["inactive"] = {k: why for k, why in inactive(model).items() if k not in no_effect}
+    return info

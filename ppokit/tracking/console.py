@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from ppokit.liveline import LIVE as _LIVE
+from ppokit.liveline import beside_live_line
+
 logger = logging.getLogger("ppokit")
 PREFIX = "ppokit: "
 VISUALDL_TABS = ("scalar", "text", "hyper_parameters")  # the components ppokit writes, the charts first
@@ -54,12 +57,15 @@ def say(text: str) -> None:
     if _quiet or not text:
         return
     lines = "\n".join(PREFIX + line if line.strip() else line for line in text.splitlines())
-    try:
-        from tqdm import tqdm
+    with beside_live_line():
+        try:
+            from tqdm import tqdm
 
-        tqdm.write(lines, file=stream())
-    except ImportError:
-        print(lines, file=stream(), flush=True)
+            tqdm.write(lines, file=stream())
+        except ImportError:
+            print(lines, file=stream(), flush=True)
+
+
 
 
 @contextlib.contextmanager
@@ -97,7 +103,14 @@ def _live_line(out, first: str):
     if redraws(out):
         out.write(first)
         out.flush()
-        return lambda text: (out.write("\r" + text + "\n"), out.flush())
+        _LIVE.append((out, first))
+
+        def finish(text: str) -> None:
+            if (out, first) in _LIVE:
+                _LIVE.remove((out, first))
+            out.write("\r\033[K" + text + "\n")
+            out.flush()
+        return finish
     return lambda text: (out.write(text + "\n"), out.flush())
 
 
@@ -210,25 +223,31 @@ def span_line(history: list[dict], key: str, label: str) -> str | None:
             f"({_steps(tail[0], tail[-1])})")
 
 
-def timing_line(history: list[dict], wall_s: float) -> str:
-    """"done: 30 steps in 2 min 55 s, 4.1 s per training step (median)": the wall time of the whole train()
-    (set-up, evaluations and saves included) and the median of the steps' own timing/step_s."""
+def timing_line(history: list[dict], wall_s: float, after: dict[str, float] | None = None) -> str:
+    """"done: 30 steps in 2 min 55 s, 4.1 s per training step (median); outside the steps: evaluations 63.0 s,
+    final save 12.1 s": the wall time of the whole train() (set-up, evaluations and saves included), the median of
+    the steps' own timing/step_s, then the work outside the steps on its own (timing/eval_s summed over the
+    evaluations; `after`: {"final save": seconds})."""
     steps = [h["step"] for h in history if "step" in h]
     text = f"done: {len(steps)} steps in {duration(wall_s)}"
     per_step = [float(h["timing/step_s"]) for h in history if isinstance(h.get("timing/step_s"), (int, float))]
     if per_step:
         text += f", {_median(per_step):.1f} s per training step (median)"
-    return text
+    evals = sum(float(h["timing/eval_s"]) for h in history if isinstance(h.get("timing/eval_s"), (int, float)))
+    outside = {"evaluations": evals, **(after or {})}
+    said = [f"{name} {seconds:.1f} s" for name, seconds in outside.items() if seconds > 0]
+    return text + ("; outside the steps: " + ", ".join(said) if said else "")
 
 
 def run_summary(history: list[dict], output_dir: str | Path, wall_s: float, *, logging_dir: str | None = None,
-                visualdl: bool = False, saved_model: bool = True, eval_data: str | None = None) -> str:
+                visualdl: bool = False, saved_model: bool = True, eval_data: str | None = None,
+                after: dict[str, float] | None = None) -> str:
     """The lines a finished run ends with: steps and wall time, reward first → last, where things are, next commands.
 
     `wall_s` is the whole of `train()`; the s/step is the median of the steps' own `timing/step_s`.
     """
     out = Path(output_dir)
-    lines = [timing_line(history, wall_s)]
+    lines = [timing_line(history, wall_s, after)]
     for key, label in (("reward/mean", "reward"), ("eval/accuracy", "eval accuracy")):
         line = span_line(history, key, label)
         if line:
@@ -280,7 +299,7 @@ def _step_of(name: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
-def summary_for(session, wall_s: float) -> str:
+def summary_for(session, wall_s: float, after: dict[str, float] | None = None) -> str:
     """`run_summary` of a Session's finished `train()`."""
     from ppokit.tracking.backends import resolve_report_to
 
@@ -289,7 +308,7 @@ def summary_for(session, wall_s: float) -> str:
     logging_dir = str(tracker.logging_dir) if tracker is not None else args.logging_dir
     return run_summary(session.history, args.output_dir, wall_s, logging_dir=logging_dir,
                        visualdl="visualdl" in resolve_report_to(args.report_to),
-                       eval_data=first_dataset(args.eval_datasets))
+                       eval_data=first_dataset(args.eval_datasets), after=after)
 
 
 def first_dataset(spec) -> str | None:

@@ -35,7 +35,8 @@ def _g(value: float) -> str:
     return f"{value:.3g}"
 
 
-AFTER_STEP = ("timing/eval_s", "timing/save_s")  # work between steps: named on its own, not in s/step
+# work between steps: named on its own, not in s/step nor among the per-step phase means
+AFTER_STEP = ("timing/eval_s", "timing/save_s", "timing/final_save_s", "timing/eval_judge_s")
 
 
 def step_seconds(metrics: dict[str, Any]) -> float | None:
@@ -124,6 +125,13 @@ class ConsoleProgress:
             self._bar.set_postfix(postfix, refresh=False)
         self._bar.update(advance)
 
+    def exclude(self, seconds: float) -> None:
+        """Leave `seconds` of work between steps (an evaluation, a save) out of the bar's s/step and ETA: its clock
+        moves on as if they had not passed; the step line names them on their own."""
+        if self._bar is not None and seconds > 0:
+            self._bar.start_t += seconds
+            self._bar.last_print_t += seconds
+
     def write(self, line: str) -> None:
         """Print a line (e.g. ``format_summary``) above the bar without breaking it."""
         if self.disable:
@@ -143,3 +151,28 @@ class ConsoleProgress:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
+
+
+class PhaseBar:
+    """A bar for one long phase outside the steps (an evaluation, `python -m ppokit.eval`): `tqdm.auto` where the
+    console redraws (a terminal, Jupyter), nothing elsewhere (a log file keeps the one line that says what runs).
+    `disable=True` (other ranks, disable_tqdm) shows nothing."""
+
+    def __init__(self, total: int, desc: str, unit: str, disable: bool = False):
+        self._bar = None
+        if disable or total <= 1 or not redraws(sys.stderr):
+            return
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            return
+        self._bar = tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, leave=False)
+
+    def update(self, n: int = 1) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

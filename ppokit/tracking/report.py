@@ -28,6 +28,7 @@ from pathlib import Path
 from ppokit.errors import PpokitError
 from ppokit.tracking.console import duration
 from ppokit.tracking.jsonl import read_jsonl
+from ppokit.tracking.progress import AFTER_STEP
 from ppokit.tracking.report_args import args_section, headline
 from ppokit.tracking.report_facts import left_out_section, outcome_lines, wall_time_gaps
 from ppokit.tracking.svg import Series, bar_chart, fmt_number, line_chart, std_band
@@ -245,9 +246,9 @@ def signals_section(rows: list[dict], names: list[str], dropped: dict | None = N
     return html, used
 
 
-def timing_section(rows: list[dict], names: list[str]) -> str:
+def timing_section(rows: list[dict], names: list[str], final_save_s: float | None = None) -> str:
     """Seconds per phase against step, and the mean seconds per phase as bars."""
-    keys = [n for n in names if n.startswith("timing/")]
+    keys = [n for n in names if n.startswith("timing/") and n not in AFTER_STEP]
     if not keys:
         return "<h2>Time per phase</h2>" + _missing("timing/*")
     means = []
@@ -256,8 +257,16 @@ def timing_section(rows: list[dict], names: list[str]) -> str:
         if values:
             means.append((key.removeprefix("timing/"), sum(values) / len(values)))
     svgs = [line_chart(_series(rows, keys[:8]), "Time per phase", "step", "seconds")]
-    svgs.append(bar_chart(means, "Mean time per phase", " s"))
-    return "<h2>Time per phase</h2>" + _charts(svgs)
+    svgs.append(bar_chart(means, "Mean time per step and phase", " s"))
+    outside = []  # one-off work between the steps: not a per-step mean
+    evals = [v for v in _column(rows, "timing/eval_s") if v is not None]
+    if evals:
+        outside.append(f"evaluation{'s' if len(evals) > 1 else ''} {fmt_number(sum(evals))} s"
+                       + (f" ({len(evals)} × {fmt_number(sum(evals) / len(evals))} s)" if len(evals) > 1 else ""))
+    if final_save_s is not None:
+        outside.append(f"final save {fmt_number(final_save_s)} s")
+    facts = f'<p class="facts">outside the steps: {escape("; ".join(outside))}</p>' if outside else ""
+    return "<h2>Time per phase</h2>" + facts + _charts(svgs)
 
 
 def eval_section(rows: list[dict], names: list[str]) -> str:
@@ -372,7 +381,7 @@ def summary_section(run: RunData) -> str:
         facts.append(("step range", f"{_fact(rows[0]['step'])} – {_fact(rows[-1]['step'])}"))
     facts.append(("output_dir", str(run.output_dir.resolve())))
     line = headline(run.args, run.info.get("plan"))
-    outcome = outcome_lines(run.rows, run.state.get("wall_s"), run.interrupted)
+    outcome = outcome_lines(run.rows, run.state.get("wall_s"), run.interrupted, run.state.get("final_save_s"))
     table = (f'<p class="headline">{escape(line)}</p>' if line else "") + "".join(
         f'<p class="headline"><b>{escape(o)}</b></p>' for o in outcome) + (
         "<table>"
@@ -421,7 +430,7 @@ def render_report(run: RunData) -> str:
         summary_section(run),
         reward_section(run.rows, names, run.info.get("plan")),
         signals,
-        timing_section(run.rows, names),
+        timing_section(run.rows, names, run.state.get("final_save_s")),
         eval_section(run.rows, names),
         other_metrics_section(run.rows, names, used),
         left_out_section(dropped),

@@ -41,9 +41,11 @@ def args_section(args: dict | None, info: dict | None) -> str:
         return '<h2>Arguments</h2><p class="missing">args.json: not recorded.</p>'
     info = info or {}
     defaults, no_effect = info.get("defaults"), set(info.get("no_effect", ()))
+    inactive = {k: why for k, why in info.get("inactive", {}).items() if k in args}  # none in this configuration
+    given = set(info.get("given", args))  # keys the user set; the others at their value were derived or defaults
     by_group: dict[str, list[str]] = {g: [] for g in ORDER}
     for key in args:
-        if key not in no_effect:
+        if key not in no_effect and key not in inactive:
             by_group[arg_group(key)].append(key)
     parts = ["<h2>Arguments</h2>"]
     if defaults is None:
@@ -52,7 +54,7 @@ def args_section(args: dict | None, info: dict | None) -> str:
         keys = by_group[group]
         if not keys:
             continue
-        changed = [k for k in keys if defaults is None or k not in defaults or defaults[k] != args[k]]
+        changed = [k for k in keys if defaults is None or (k in given and (k not in defaults or defaults[k] != args[k]))]
         rest = [k for k in keys if k not in changed]
         rows = "".join(f"<tr><td><b>{escape(k)}</b></td><td>{escape(_value(args[k]))}</td>"
                        f"<td>{escape(_value(defaults[k])) if defaults and k in defaults else ''}</td></tr>"
@@ -61,10 +63,13 @@ def args_section(args: dict | None, info: dict | None) -> str:
         folded = ""
         if rest:
             cells = "".join(f"<tr><td>{escape(k)}</td><td>{escape(_value(args[k]))}</td></tr>" for k in rest)
-            folded = (f"<details><summary>{len(rest)} more at their defaults</summary><table>{cells}</table>"
-                      "</details>")
+            folded = (f"<details><summary>{len(rest)} more at their defaults or derived</summary><table>{cells}"
+                      "</table></details>")
         summary = f"{len(changed)} changed" if defaults is not None else f"{len(keys)} keys"
         parts.append(f"<h3>{group} <small>({summary})</small></h3><table>{head}{rows}</table>{folded}")
+    if inactive:
+        names = "; ".join(f"{k} ({why})" for k, why in inactive.items())
+        parts.append(f'<p class="missing">No effect in this run: {escape(names)}.</p>')
     if no_effect & set(args):
         names = ", ".join(sorted(no_effect & set(args)))
         parts.append(f'<p class="missing">Accepted for PaddleNLP compatibility, no effect here: {escape(names)}.</p>')

@@ -17,7 +17,7 @@ def _step(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def outcome_lines(rows: list[dict], wall_s, interrupted: bool = False) -> list[str]:
+def outcome_lines(rows: list[dict], wall_s, interrupted: bool = False, final_save_s=None) -> list[str]:
     """What the console says at the end: "30 steps in 4 min 53 s, 8.2 s per training step (median)", the
     reward first → last and the eval accuracy first → last (each with its steps). ``wall_s`` is the tracker's
     (tracking_state.json); without it, or for an interrupted run, the last row's time."""
@@ -26,7 +26,8 @@ def outcome_lines(rows: list[dict], wall_s, interrupted: bool = False) -> list[s
     wall = wall_s
     if not _is_number(wall) or interrupted:
         wall = next((r["time"] for r in reversed(rows) if _is_number(r.get("time"))), None)
-    lines = [timing_line(rows, wall).removeprefix("done: ") if _is_number(wall) else f"{len(rows)} steps"]
+    after = {"final save": float(final_save_s)} if _is_number(final_save_s) else None
+    lines = [timing_line(rows, wall, after).removeprefix("done: ") if _is_number(wall) else f"{len(rows)} steps"]
     for key, label in (("reward/mean", "reward"), ("eval/accuracy", "eval accuracy")):
         text = span_line(rows, key, label)
         if text:

@@ -18,6 +18,7 @@ those waits, so the update bar is the update and the wait is drawn as such.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +52,19 @@ class Timeline:
     consumed: int = 0
     waited: float = 0.0  # seconds spent waiting for the producer thread since the current consume began
     ends: list[float] = field(default_factory=list)  # when each consume returned
+    paused_at: float | None = field(default_factory=time.perf_counter)  # outside `running()` since then
+
+    @contextlib.contextmanager
+    def running(self):
+        """This side's step runs now: its clock counts only inside `running()` blocks, so two sides whose steps are
+        taken in turn (synchronous, asynchronous, synchronous, ...) each get a timeline of their own steps alone."""
+        if self.paused_at is not None:
+            self.origin += time.perf_counter() - self.paused_at
+            self.paused_at = None
+        try:
+            yield
+        finally:
+            self.paused_at = time.perf_counter()
 
     def watch(self, pipeline) -> None:
         """Time every `pipeline.wait()` (the weight sync's wait for the producer thread) on this pipeline."""
@@ -161,3 +175,41 @@ def _legend(x: float, y: float) -> list[str]:
                    f'<text x="{x + 14}" y="{y}">{escape(name)}</text>')
         x += 24 + 7 * len(name)
     return out
+
+
+COMPUTE_NOISE = 0.3  # step-to-step spread of one phase on a shared 2-core machine: differences above it are said
+CHECKED_PHASES = (("rollout compute", ("timing/rollout_s",)),
+          ("log-probs + update", ("timing/ref_s", "timing/old_logprob_s", "timing/update_s")),
+          ("reward wait", ("timing/reward_s",)))
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def compute_check(sync: list[dict], asynchronous: list[dict], noise: float = COMPUTE_NOISE) -> str:
+    """Each phase's time per step (median over the steps' metrics) of the two sides beside each other, then one
+    sentence: the compute agrees within `noise` (the wall-time gap is what overlap hides), or it differs and by
+    how much (the two sides did not run under the same conditions, or, slower asynchronously, the overlapped
+    phases shared the cores). A comparison of wall times is only as fair as this table."""
+    lines = [f"{'compute per step (median)':<26}{'synchronous':>12}{'asynchronous':>14}"]
+    differ = []
+    for label, keys in CHECKED_PHASES:
+        a, b = (_median([sum(float(m.get(k, 0.0)) for k in keys) for m in side]) for side in (sync, asynchronous))
+        lines.append(f"{label + ' (s)':<26}{a:>12.2f}{b:>14.2f}")
+        if label != "reward wait" and min(a, b) > 0 and max(a, b) / min(a, b) > 1 + noise:
+            differ.append((label, b / a))
+    if not differ:
+        lines.append(f"the two sides' compute agrees within {noise:.0%}: the wall-time difference is what the "
+                     "asynchronous step hides")
+        return "\n".join(lines)
+    said = ", ".join(f"{label} {ratio:.2g}x" for label, ratio in differ)
+    why = ("the asynchronous side's phases ran beside each other on the same cores (overlap's price on one device)"
+           if all(r > 1 for _, r in differ) else
+           "the two sides did not run under the same conditions (load, threads): the wall-time gap is not overlap "
+           "alone")
+    lines.append(f"the two sides' compute differs by more than noise ({noise:.0%}): asynchronous/synchronous "
+                 f"{said}; {why}")
+    return "\n".join(lines)

@@ -93,6 +93,7 @@ class Tracker:
         self._kept_rows: list[dict] = []
         self._logged = False
         self._closed = False
+        self._remembered: dict[str, float] = {}  # facts for tracking_state.json (the final save's seconds)
         if not self.enabled:
             return
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -219,6 +220,13 @@ class Tracker:
             self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
             self._save_state()
 
+    def remember(self, **facts: float) -> None:
+        """Keep facts about the run outside its steps in tracking_state.json (e.g. final_save_s: the report
+        names it apart from the per-step times)."""
+        if self.enabled:
+            self._remembered.update(facts)
+            self._save_state()
+
     def elapsed(self) -> float:
         """Wall seconds of training so far (including the time before a resume)."""
         return self._time_offset + (time.monotonic() - self._start)
@@ -309,7 +317,8 @@ class Tracker:
 
     def _save_state(self, wall_s: float | None = None) -> None:
         state = {"started_at": self.started_at, "wall_s": wall_s,
-                 "visualdl_file": str(Path(self.visualdl_file).resolve()) if self.visualdl_file else None}
+                 "visualdl_file": str(Path(self.visualdl_file).resolve()) if self.visualdl_file else None,
+                 **self._remembered}
         (self.output_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
 
 

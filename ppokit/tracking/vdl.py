@@ -7,11 +7,15 @@ What VisualDL 2.5.3 does (read in its own code), and what ppokit does about it:
     it, so the README's command and the run summary carry the flag.
   - It shows one run per folder of ``--logdir`` (the newest record file in it): each run writes its own
     subfolder, named after the run; a second run of that name gets ``NAME-2`` rather than mixing curves.
-  - Its scalar page groups tags by the text before the first "/" and opens the first group by name only
-    (ChartPage.js: ``opened: index === 0``); the others are one click each. The tags are the metrics.jsonl
-    keys, unchanged (``reward/mean``, ``eval/accuracy``), so a chart is found under the name the files use.
+  - Its scalar page groups tags by the text before the first "/", sorts the groups by name (case-insensitive)
+    and opens only the first (ChartPage.js: ``opened: index === 0``); the others are one click each. So the
+    reward and evaluation charts share one group whose name sorts first, ``0 reward and eval``
+    (``0 reward and eval/reward/mean``, ``0 reward and eval/eval/accuracy``): the first screen shows them without
+    typing. Every other tag is its metrics.jsonl key, unchanged (``actor/kl``); the part after the group name is
+    always the key, so a chart is found under the name the files use.
   - A hyper-parameter trial is named by its folder as the server reached it from ``--logdir``
-    (server/lib.py ``get_hparam_list``): ``vdl_log/grpo`` with the README's relative ``--logdir vdl_log``.
+    (server/lib.py ``get_hparam_list``): ``vdl_log/grpo`` with the README's relative ``--logdir vdl_log``, a long
+    path the table cuts with an absolute one; the first hyper-parameter, ``run``, is the run's own short name.
   - It keeps 10 texts per tag (the server's reservoir): sample tags hold 10 logged steps each
     (``samples/1 · from step 11`` ...), so every logged step stays visible.
 
@@ -47,13 +51,21 @@ CONSTANT_BY_CONSTRUCTION = {
     "actor/approx_kl": (0.0, "one update per rollout step (ratio 1)"),
     "reward/skipped_groups": (0.0, "no group is skipped unless reward_on_error is skip_group and scoring fails"),
     "eval/prompts": (None, "the size of the eval set, the same at every evaluation"),
+    "cpu/update_threads": (None, "the thread count set when the run started, unchanged"),
+    "cpu/rollout_threads": (None, "the thread count set when the run started, unchanged"),
+    "response_length/max": (None, "the same at every step (answers cut at max_dec_len)"),
+    "reward/max": (None, "the same at every step (the best answer of every step scored alike)"),
+    "reward/min": (None, "the same at every step (the worst answer of every step scored alike)"),
 }
+HEADLINE_GROUP = "0 reward and eval"  # sorts before every letter: VisualDL's first, opened group
+HEADLINE_OF = ("reward", "eval")
 PHASE_NOT_RUN_S = 1e-3  # a timing under a millisecond: the phase did not run (e.g. no reference model)
 
 
 def visualdl_tag(name: str) -> str:
-    """The VisualDL tag of a metric: its metrics.jsonl key, unchanged."""
-    return name
+    """The VisualDL tag of a metric: ``0 reward and eval/<key>`` for reward/* and eval/*, else its metrics.jsonl
+    key, unchanged."""
+    return f"{HEADLINE_GROUP}/{name}" if name.partition("/")[0] in HEADLINE_OF else name
 
 
 def tag_rank(name: str) -> tuple[int, int]:
@@ -145,6 +157,7 @@ class VisualDLBackend:
     def __init__(self, run_dir: Path, display_name: str = ""):
         from visualdl import LogWriter
 
+        self.display_name = display_name or run_dir.name
         # VisualDL shows the newest file of a directory (by name); nanoseconds keep a resumed run's
         # file after its predecessor even within the same second.
         self.writer = LogWriter(
@@ -207,6 +220,7 @@ class VisualDLBackend:
         evaluates = str(hparams.get("do_eval", "")).lower() == "true"
         seen = set(self._firsts)
         metrics = [m for m in metric_names if m in seen or (m.startswith("eval/") and evaluates)]
+        hparams = {"run": self.display_name, **{k: v for k, v in hparams.items() if k != "run"}}
         self.writer.add_hparams(hparams_dict=hparams, metrics_list=[visualdl_tag(m) for m in metrics])
 
     def carry_over(self, previous_file: str, max_step: int) -> int:

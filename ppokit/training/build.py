@@ -227,9 +227,11 @@ def build_sides(args, model=None, tokenizer=None, reward_functions=None) -> tupl
     """(producer, learner), built in dependency order: the data before the run plan, the run plan before the
     optimizers (their schedules), the rollout engine before the optimizers and the reference (vLLM sizes its
     memory from what is free when it starts)."""
+    from ppokit.args.cli import _ensure_log_handler
     from ppokit.engine import init_distributed
     from ppokit.rewards import build_reward_functions
 
+    _ensure_log_handler()  # a Session outside run_ppo.py (a notebook, a script) says its notes as "ppokit: ..." too
     check_hub_datasets(args)  # before minutes of model loading
     check_run_paths(args, actor_given=model is not None)  # every path written or read, one sentence each
     threads = ThreadPolicy()  # counts other processes' CPU use from here on

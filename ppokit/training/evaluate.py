@@ -171,6 +171,7 @@ def generate_and_judge(producer, args, records: list[dict], samples: list | None
     equal one rank's (a collective: every rank calls it).
     """
     from ppokit.engine import world_size
+    from ppokit.tracking.progress import PhaseBar
     from ppokit.training.phases import generate, sampling_params
 
     per_call = max(1, args.per_device_eval_batch_size)
@@ -178,8 +179,10 @@ def generate_and_judge(producer, args, records: list[dict], samples: list | None
     sampling = sampling_params(args, n=n, temperature=args.eval_temperature)
     world = world_size()
     done = []  # (start, [(task, group)], samples)
-    for start, keep in eval_chunks(len(records), per_call, producer.dist.rank, world,
-                                   balanced=args.tensor_parallel_degree > 1):
+    chunks = eval_chunks(len(records), per_call, producer.dist.rank, world, balanced=args.tensor_parallel_degree > 1)
+    bar = PhaseBar(sum(min(per_call, len(records) - s) for s, _ in chunks), "evaluating", "prompt",
+                   disable=producer.dist.rank != 0 or bool(getattr(args, "disable_tqdm", False)))
+    for start, keep in chunks:
         chunk = records[start : start + per_call]
         # a per-call seed: the engine samples from its own stream, the training RNG is left alone
         batch = generate(producer, chunk, replace(sampling, seed=args.seed + start), group_offset=start)
@@ -187,6 +190,8 @@ def generate_and_judge(producer, args, records: list[dict], samples: list | None
         judged, reported = judge_batch(producer, batch, start, chunk, rows)
         if keep:
             done.append((start, judged, rows, reported))
+        bar.update(len(chunk))
+    bar.close()
     if world > 1:
         import torch.distributed as dist
 
@@ -218,6 +223,11 @@ def evaluate(producer, k: int | None = None, samples: list | None = None) -> dic
     args = producer.args
     started = time.perf_counter()
     records = eval_records(producer, args)
+    if producer.dist.rank == 0:
+        from ppokit.tracking.console import say
+
+        say(f"evaluating: {len(records)} prompts x {max(1, args.eval_rollout_n)} answers "
+            f"({'greedy' if args.eval_temperature == 0 else f'temperature {args.eval_temperature:g}'})")
     groups, reported = generate_and_judge(producer, args, records, samples)
     metrics = summarize(groups, k or max(1, args.eval_rollout_n))
     metrics.update(eval_metric_names(reported))

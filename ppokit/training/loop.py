@@ -101,6 +101,7 @@ def train_loop(trainer: Trainer) -> list[dict]:
             trainer.between_steps()  # a SIGTERM checkpoints and stops here
             step = session.global_step
             new_epoch = loader.epoch != epoch
+            between = time.perf_counter()
             if plan.due("eval", step, args, new_epoch):
                 metrics.update(session.evaluate())
                 session.history[-1].update(metrics)
@@ -112,19 +113,17 @@ def train_loop(trainer: Trainer) -> list[dict]:
                 saving = time.perf_counter()
                 session.save()
                 shown["timing/save_s"] = time.perf_counter() - saving  # the console names it: a slow step explained
+            if hasattr(progress, "exclude"):  # the bar's s/step is the steps' own; evaluation and save are named
+                progress.exclude(time.perf_counter() - between)
             progress.update(step, shown)
             if plan.due("log", step, args, new_epoch) and rank0 and hasattr(progress, "write"):
                 progress.write("ppokit: " + format_summary(step, shown, total=total))  # the console, not the live view
             trainer.between_steps()  # a SIGTERM during the save: no new step (the checkpoint just written is kept)
-        if args.do_eval and session.producer.eval_records and evaluated_at != session.global_step:
-            final = session.evaluate()
-            if session.history:
-                session.history[-1].update(final)
-            trainer.between_steps()
-        session.save(final=True)
+        if hasattr(progress, "write"):
+            progress.close()  # the steps are done: the bar's s/step stays theirs, what follows says itself
+        after = finish(trainer, evaluated_at, say if rank0 else lambda text: None)
         if rank0 and hasattr(progress, "write"):
-            progress.close()
-            say(summary_for(session, time.perf_counter() - started))
+            say(summary_for(session, time.perf_counter() - started, after))
     except KeyboardInterrupt:  # Ctrl-C or a second SIGTERM (ppokit.checkpoint.signals): nothing in flight is waited for
         session.pipeline.abandon()
         raise
@@ -132,6 +131,28 @@ def train_loop(trainer: Trainer) -> list[dict]:
         progress.close()
         session.close()
     return session.history
+
+
+def finish(trainer, evaluated_at, say) -> dict[str, float]:
+    """After the last step: the final evaluation (unless the last step evaluated; it says itself) and the final
+    model, said before it starts; its seconds go to tracking_state.json (the report) and are returned for the
+    summary, apart from the steps' own times (metrics.jsonl keeps one row per step)."""
+    import time
+
+    session = trainer.session
+    args = session.args
+    if args.do_eval and session.producer.eval_records and evaluated_at != session.global_step:
+        final = session.evaluate()
+        if session.history:
+            session.history[-1].update(final)
+        trainer.between_steps()
+    say(f"saving the final model to {args.output_dir} ...")
+    started = time.perf_counter()
+    session.save(final=True)
+    seconds = time.perf_counter() - started
+    say(f"saved in {seconds:.1f} s")
+    session.tracker.remember(final_save_s=round(seconds, 3))
+    return {"final save": seconds}
 
 
 # ------------------------------------------------------------------ around a Session's step
@@ -148,9 +169,9 @@ def start_pipeline(session):
     if pipeline.threaded:
         start_producer_thread(session, pipeline)
     if args.staleness_threshold > 0 and args.rollout_is == "off":
-        logger.warning("staleness_threshold=%d trains on batches up to %d policy versions old without importance "
-                       "correction; set rollout_is: token (or sequence) to correct them",
-                       args.staleness_threshold, args.staleness_threshold)
+        logger.warning("staleness_threshold=%d trains on batches up to %d policy version%s old without importance "
+                       "correction; set rollout_is: token (or sequence) to correct them", args.staleness_threshold,
+                       args.staleness_threshold, "" if args.staleness_threshold == 1 else "s")
     return pipeline
 
 
@@ -205,7 +226,9 @@ def log_step(session, batch, metrics: dict[str, float], started: float) -> dict[
     session.tracker.log(session.global_step, metrics)
     if session.plan.due("samples", session.global_step, session.args):
         session.tracker.log_samples(session.global_step, sample_rows(batch, limit=4))
-    return metrics
+    from ppokit.tracking.step_metrics import StepMetrics
+
+    return StepMetrics(metrics, session.global_step)  # a dict; at a prompt it reads as the step line, rounded
 
 
 def evaluate_now(session) -> dict[str, float]:

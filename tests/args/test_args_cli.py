@@ -159,4 +159,4 @@ def test_print_config_of_a_tool_run_names_its_tools():
     result = print_config_importing_nothing_heavy("config/grpo_tools_argument.json")
     assert result.returncode == 0, result.stderr
     tools = json.loads(result.stdout)["derived"]["tools"]
-    assert list(tools) == ["multiply"] and tools["multiply"].startswith("multiply(a, b): ")
+    assert list(tools) == ["multiply"] and tools["multiply"].startswith("multiply(a: integer, b: integer): ")

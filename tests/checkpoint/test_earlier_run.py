@@ -103,3 +103,18 @@ def test_auto_after_an_interrupted_run_without_a_checkpoint_starts_over(tiny_mod
     (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": 1.0, "reward/mean": 0.5}) + "\n")
     session(tiny_model_dir, tmp_path, max_steps=1, resume_from_checkpoint="auto", save_strategy="no").train()
     assert sorted(metrics_rows(out)) == [1] and json.loads((out / "metrics.jsonl").read_text())["reward/mean"] != 0.5
+
+
+def test_run_ppo_refuses_a_finished_runs_folder_before_loading_the_model(finished_run, tiny_model_dir, tmp_path):
+    """The console a person sees: the refusal sentence, and no "loading <model>" stage before it."""
+    from checkpoint_helpers import write_config
+
+    config = write_config(tmp_path, tiny_config(tiny_model_dir, tmp_path, max_steps=4))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                              "MASTER_PORT")}
+    done = subprocess.run([sys.executable, "run_ppo.py", config], capture_output=True, text=True, env=env,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"error: output_dir {finished_run} holds an earlier run" in done.stderr
+    assert "ppokit: loading" not in done.stderr and "starting the process group" not in done.stderr

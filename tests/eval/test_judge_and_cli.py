@@ -117,6 +117,9 @@ def test_cli_task_uses_the_test_split_and_prints_a_table(tiny_model_dir, tmp_pat
     assert f"expected {first['tgt'][0]}" in sample[0]  # the question and its expected answer, not the template
     assert sample[1].startswith("Q: What is") and "im_start" not in sample[1] and sample[2].startswith("A: ")
     assert (tmp_path / "data" / "arithmetic" / "test.jsonl").is_file()
+    said = out.stderr.splitlines()  # no silent minutes: what it loads, then what it evaluates (the bar needs a tty)
+    assert f"ppokit: loading {tiny_model_dir} and 3 prompts of data/arithmetic/test.jsonl ..." in said
+    assert "ppokit: evaluating: 3 prompts x 2 answers (temperature 1)" in said
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -5,23 +5,26 @@ from __future__ import annotations
 
 import re
 
-from test_notebooks import execute, kernel_path, output  # noqa: F401 - kernel_path is a fixture
+from test_notebooks import execute_twice, kernel_path, output  # noqa: F401 - kernel_path is a fixture
 
 NAME = "05_async_timeline.ipynb"
 
 
 def test_async_timeline_notebook(tiny_model_dir, tmp_path, kernel_path, monkeypatch):  # noqa: F811
-    nb = execute(NAME, tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch, timeout=300)
-    sync = output(nb, "sync = session(").splitlines()
-    assert [line.split(":")[0] for line in sync[:3]] == ["step 1", "step 2", "step 3"]
-    assert [re.search(r"made by version (\d+)", line).group(1) for line in sync[:3]] == ["0", "1", "2"]
-    assert "step=3/3" in sync[3] and "rollouts:" not in sync[3]  # k = 0: no queue
+    nb = execute_twice(NAME, tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch, timeout=300)
+    assert "rollouts:" not in output(nb, "sync = session(")  # k = 0: no queue
     lines = output(nb, 's = session("async"').splitlines()
     assert "rollouts: staleness_threshold=1, queue 0 batches (policy versions -), 0 produced, 0 consumed" in lines[0]
-    steps = [line for line in lines if line.startswith("step ")]
+    turns = output(nb, "for _ in range(STEPS):").splitlines()  # the two sides' steps in turn, as a person reads them
+    assert [line.split(":")[0] for line in turns if line.startswith(("sync  step", "async step"))] == \
+        ["sync  step 1", "async step 1", "sync  step 2", "async step 2", "sync  step 3", "async step 3"]
+    sync = [line for line in turns if line.startswith("sync  step")]
+    assert [re.search(r"made by version (\d+)", line).group(1) for line in sync] == ["0", "1", "2"]
+    assert "step=3/3" in turns[-1]
+    steps = [line for line in turns if line.startswith("async step")]
     assert [re.search(r"made by version (\d+), lag (\d+)", line).groups() for line in steps] == \
         [("0", "0"), ("0", "1"), ("1", "1")]  # batch i from version i - 1
-    queues = [line for line in lines if line.startswith("    Session(")]
+    queues = [line for line in turns if line.startswith("    Session(")]
     assert "queue 1 batches (policy versions 0), 2 produced, 1 consumed" in queues[0]
     assert "queue 1 batches (policy versions 2), 4 produced, 3 consumed" in queues[2]
     assert all("importance weight nan" not in line for line in steps)
@@ -35,6 +38,9 @@ def test_async_timeline_notebook(tiny_model_dir, tmp_path, kernel_path, monkeypa
     summary = output(nb, "display(HTML(")
     assert re.search(r"^steps' wall time, synchronous:( \d+\.\d\d){3} \| asynchronous:( \d+\.\d\d){3} \(s\)$", summary, re.M)
     assert re.search(r"max\(rollout \+ update, rollout \+ wait\) = \d+\.\d\d s against \d+\.\d\d s synchronous", summary)
+    table = summary[summary.index("compute per step (median)"):].splitlines()  # compute beside the wall time
+    assert [row.split(" (s)")[0] for row in table[1:4]] == ["rollout compute", "log-probs + update", "reward wait"]
+    assert re.match(r"the two sides' compute (agrees within 30%|differs by more than noise \(30%\))", table[4])
     from nbconvert import HTMLExporter
 
     page, _ = HTMLExporter().from_notebook_node(nb)  # `jupyter nbconvert --to html`: the timelines are in the page

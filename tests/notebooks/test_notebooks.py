@@ -45,8 +45,24 @@ def execute(name: str, model: str | None, out: Path, kernel_path: str, monkeypat
     return nb
 
 
-def output(nb, source_start: str) -> str:
-    """The printed text (and plain-text result) of the code cell whose source starts with `source_start`."""
+def execute_twice(name: str, model: str | None, out: Path, kernel_path: str, monkeypatch, timeout: int = 900,
+                  replaces: bool = True):
+    """Run notebooks/<name> twice into the same output folder, as Restart & Run All does: the second run goes
+    through and (`replaces`: a notebook that writes a run's records) says that it replaced the notebook's own demo
+    folder. Returns the second executed notebook."""
+    execute(name, model, out, kernel_path, monkeypatch, timeout)
+    nb = execute(name, model, out, kernel_path, monkeypatch, timeout)
+    said = "".join(o.text for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                   if o.output_type == "stream")
+    if replaces:
+        assert "ppokit: overwrite_output_dir: deleted" in said and "of an earlier run in" in said, said[-2000:]
+    assert "EarlierRunError" not in said
+    return nb
+
+
+def output(nb, source_start: str, notes: bool = False) -> str:
+    """The printed text (and plain-text result) of the code cell whose source starts with `source_start`: the
+    cell's own prints, or with `notes` only ppokit's "ppokit: ..." lines (what it says it is doing)."""
     (cell,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(source_start)]
     parts = []
     for o in cell.outputs:
@@ -54,7 +70,8 @@ def output(nb, source_start: str) -> str:
             parts.append(o.text)
         elif o.output_type == "execute_result":
             parts.append(o.data.get("text/plain", ""))
-    return "".join(parts)
+    lines = "".join(parts).splitlines(keepends=True)
+    return "".join(line for line in lines if line.startswith("ppokit: ") == notes)
 
 
 def html_output(nb, source_start: str) -> str:
@@ -79,7 +96,7 @@ def test_notebooks_are_kept_without_outputs_and_say_what_they_show(path):
 
 
 def test_grpo_step_by_step(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
-    nb = execute("01_grpo_step_by_step.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
+    nb = execute_twice("01_grpo_step_by_step.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
     assert "reward functions: ['rule']" in output(nb, "s = Session.from_json(")
     rollout = output(nb, "def question(")
     assert rollout.startswith("8 answers = 2 prompts x 4") and rollout.count("Q: What is") == 2
@@ -91,6 +108,9 @@ def test_grpo_step_by_step(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
     hyper = output(nb, "try:\n    s.args.temperature = -1.0")
     assert hyper.startswith("refused:") and "temperature 0.3: distinct answers per group" in hyper
     assert "step 1: reward" in hyper
+    said = output(nb, "history = s.train()", notes=True).splitlines()  # no silent minute after the last step
+    assert said[0].startswith("ppokit: saving the final model to ") and said[1].startswith("ppokit: saved in ")
+    assert "ppokit: evaluating: 4 prompts x 4 answers (temperature 1)" in output(nb, "s.args.eval_rollout_n", True)
     trained = output(nb, "history = s.train()").splitlines()
     assert trained[0].split() == ["step", "reward", "KL", "length"] and [r.split()[0] for r in trained[1:]] == \
         ["1", "2", "3"]
@@ -128,7 +148,7 @@ def assert_static_html_export(nb) -> None:
 
 
 def test_reward_server(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
-    nb = execute("03_reward_server.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
+    nb = execute_twice("03_reward_server.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
     assert output(nb, "TOKEN = secrets").startswith("reward server: http://127.0.0.1:")
     assert "200 {'error_code': 0, 'error_msg': 'Success', 'score': [1.0, 0.0, 1.0]}" in output(nb, "AUTH =")
     native = output(nb, "native = httpx.post").splitlines()
@@ -147,7 +167,9 @@ def test_reward_server(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
     second = re.findall(r"<td[^>]*>(.*?)</td>", cells[2], re.S)
     assert second == ["What is 5 + 2?", "7", "The answer is 8.", "0", "0.11",  # (2 - 1) / 9
                       "The answer&#x27;s last number, 8, is not the reference answer 7.\nScore: 2"]
-    assert "judge and rule agree on 5 of 5 answers" in output(nb, "cases = [")
+    assert "the stand-in judge (a script, not a model) and the rule agree on 5 of 5 answers: by construction" in \
+        output(nb, "cases = [")  # said plainly where the agreement is read, not only in the text above
+    assert "<b>stand-in judge</b>" in table
     assert output(nb, "failed = httpx.post").startswith("500 ") and "did not parse" in output(nb, "failed = httpx")
     assert output(nb, "for srv, th in").strip() == "servers stopped: True"
 
@@ -161,7 +183,8 @@ def test_grpo_step_by_step_with_the_bundled_model(tmp_path, kernel_path, monkeyp
 
 
 def test_tool_use_notebook_shows_turns_and_masks(tiny_model_dir, tmp_path, kernel_path, monkeypatch):
-    nb = execute("04_tool_use.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch)
+    nb = execute_twice("04_tool_use.ipynb", tiny_model_dir, tmp_path / "out", kernel_path, monkeypatch,
+                       replaces=False)  # one rollout and update by hand: no run's records to replace
     built = output(nb, "s = Session.from_json(")
     assert "tools: ['multiply'] | format: hermes | max turns: 2" in built and "tools=['multiply']" in built
     rollout = output(nb, "batch = s.rollout()")
@@ -174,6 +197,9 @@ def test_tool_use_notebook_shows_turns_and_masks(tiny_model_dir, tmp_path, kerne
     assert "response_mask  loss_mask" in output(nb, "def masks_side_by_side(") or "one model turn" in \
         output(nb, "def masks_side_by_side(")
     assert "advantage on tool tokens: 0.0" in output(nb, "s.score(batch)")
+    lr = re.search(r"'actor/lr': ([^,}]+)", output(nb, "s.score(batch)")).group(1)
+    assert float(lr) > 0 and lr != "0.0"  # 4 significant digits, not 4 decimal places (3e-05 read as 0.0)
+    assert "7 of the 16 rows" not in nb.cells[0].source  # the count depends on the CPU: the rollout cell says it
     assert_show_is_static(nb)
 
 
@@ -204,5 +230,8 @@ def test_tool_use_notebook_on_the_bundled_model_shows_a_real_call(tmp_path, kern
     masks = output(nb, "def masks_side_by_side(")
     assert re.search(r"\s1\s+0\s+tool$", masks, re.M) and re.search(r"\s1\s+1\s+model$", masks, re.M)
     assert re.search(r"^the tool's result: \d+$", masks, re.M)  # the product, as the tool returned it
+    shown = [int(m.group(1)) for m in re.finditer(r"^\s*(\d+)  ", masks, re.M)]
+    gaps = [b - a - 1 for a, b in zip(shown, shown[1:]) if b != a + 1]
+    assert masks.count("tokens not shown)") == len(gaps)  # a jump in the token column is marked
     assert re.search(rf"^row {row}: reward [01]\.0, reference answer \d+", output(nb, "s.score(batch)"), re.M)
     assert_show_is_static(nb)

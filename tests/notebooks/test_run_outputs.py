@@ -43,11 +43,11 @@ def test_visualdl_has_reward_curve_eval_scalars_sample_texts_and_hparams(tiny_ru
     (record_file,) = list(tiny_run.vdl.glob("*/vdlrecords*"))  # in the run's own folder, named after it
     assert record_file.parent.name == tiny_run.out.name
     reader = LogReader(file_path=str(record_file))
-    reward = [(r.id, r.value) for r in reader.get_data("scalar", "reward/mean")]
+    reward = [(r.id, r.value) for r in reader.get_data("scalar", "0 reward and eval/reward/mean")]
     expected = [(r["step"], r["reward/mean"]) for r in rows(tiny_run.out / "metrics.jsonl") if "reward/mean" in r]
     assert [s for s, _ in reward] == [1, 2, 3, 4]
     assert [round(v, 5) for _, v in reward] == [round(v, 5) for _, v in expected]
-    assert [r.id for r in reader.get_data("scalar", "eval/pass@2")] == [2, 4]
+    assert [r.id for r in reader.get_data("scalar", "0 reward and eval/eval/pass@2")] == [2, 4]
     texts = reader.get_data("text", "samples/1 · from step 1")  # a tag per sample (and 10 steps): one line each
     assert [t.id for t in texts] == [1, 2, 3, 4]
     assert " · Q: What is" in texts[0].text.encoded_text_string and " · A: " in texts[0].text.encoded_text_string
@@ -96,8 +96,9 @@ def test_the_report_opens_on_what_the_run_did(tiny_run, tmp_path):
     assert page.blocks[0] == []  # nothing before the title
     title, top = page.blocks[1][0], page.blocks[1][1:]
     assert title.startswith("ppokit report")
-    assert top[0].startswith("GRPO on ") and re.fullmatch(r"4 steps in (\d+ min )?\d+ s, \d+\.\d s per training step \(median\)",
-                                                          top[1])
+    assert top[0].startswith("GRPO on ") and re.fullmatch(
+        r"4 steps in (\d+ min )?\d+ s, \d+\.\d s per training step \(median\); outside the steps: evaluations "
+        r"\d+\.\d s, final save \d+\.\d s", top[1]), top[1]
     history = rows(tiny_run.out / "metrics.jsonl")
     merged = {}
     for row in history:
@@ -106,3 +107,20 @@ def test_the_report_opens_on_what_the_run_did(tiny_run, tmp_path):
     assert top[2] == span_line(history, "reward/mean", "reward") and "→" in top[2]
     assert top[3] == span_line(history, "eval/accuracy", "eval accuracy") and top[3].endswith("at step 4")
     assert page.blocks[2][0] == "Reward"  # the first section under the top
+
+
+def test_the_report_keeps_one_off_work_out_of_the_per_step_means_and_derived_keys_out_of_changed(tiny_run, tmp_path):
+    """'Mean time per phase' is per step: the evaluations and the final save are a sentence of their own; the
+    arguments a person changed are in bold, the ones ppokit derived from them are not."""
+    from ppokit.tracking.report import build_report
+
+    page = build_report(tiny_run.out, tmp_path / "report.html").read_text()
+    section = page[page.index("<h2>Time per phase</h2>"):]
+    section = section[:section.index("<h2>", 10)]
+    assert re.search(r"outside the steps: evaluations [\d.]+ s \(2 × [\d.]+ s\); final save [\d.]+ s", section)
+    bars = section[section.index('aria-label="Mean time per step and phase"'):]
+    assert ">eval_s<" not in bars and ">final_save_s<" not in bars and ">step_s<" in bars
+    changed = re.findall(r"<tr><td><b>([a-z_]+)</b></td>", page)
+    assert "max_steps" in changed and "learning_rate" in changed
+    assert not {"decay_steps", "max_src_len", "per_device_rollout_batch_size"} & set(changed), changed
+    assert "No effect in this run: " in page and "kl_coeff (rl_algorithm=grpo puts no KL in the reward" in page

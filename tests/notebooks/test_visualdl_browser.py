@@ -2,8 +2,8 @@
 
 The API check needs only VisualDL; the screenshot needs Chromium (Debian: `apt-get install chromium`)
 and is skipped without it. The page is driven over the DevTools protocol. VisualDL opens only the first
-tag group by name (its ChartPage.js); the tags are the metrics.jsonl keys, so that is "actor" for a GRPO run:
-the test looks at the first screen, as a person would, and finds the groups named as the files name them.
+tag group by name (its ChartPage.js): the reward and evaluation charts share the group "0 reward and eval", which
+sorts first, so the first screen shows them; the test looks at it as a person would.
 """
 
 from __future__ import annotations
@@ -35,17 +35,24 @@ def api(board: str, route: str, **params):
 def test_visualdl_serves_the_reward_curve_eval_metrics_and_samples(board, tiny_run):
     (run,) = api(board, "runs")
     tags = api(board, "scalar/tags")["tags"][0]
-    assert {"reward/mean", "actor/kl", "response_length/mean", "eval/pass@2", "eval/accuracy"} <= set(tags)
+    head = "0 reward and eval/"
+    assert {head + "reward/mean", "actor/kl", "response_length/mean", head + "eval/pass@2",
+            head + "eval/accuracy"} <= set(tags)
     groups = sorted({t.split("/")[0] for t in tags}, key=str.upper)  # VisualDL's order; it opens the first
-    assert not any(g[0].isdigit() for g in groups) and "train" not in groups  # named as in metrics.jsonl
-    assert [t for t in tags if t.startswith("reward/")][:2] == ["reward/mean", "reward/std"]
-    assert "reward/distinct_chars" not in tags and "reward/raw_mean" not in tags  # copies of reward/mean
+    assert groups[0] == "0 reward and eval" and "train" not in groups and "reward" not in groups
+    assert [t for t in tags if t.startswith(head)][:2] == [head + "reward/mean", head + "reward/std"]
+    assert not {head + "reward/distinct_chars", head + "reward/raw_mean"} & set(tags)  # copies of reward/mean
+    assert not {"cpu/update_threads", "cpu/rollout_threads"} & set(tags)  # constant: not drawn
     assert run == tiny_run.out.name  # named by the output folder, not by an absolute path
-    points = api(board, "scalar/list", run=run, tag="reward/mean")  # [wall time ms, step, value]
+    points = api(board, "scalar/list", run=run, tag=head + "reward/mean")  # [wall time ms, step, value]
     logged = [json.loads(line) for line in (tiny_run.out / "metrics.jsonl").read_text().splitlines()]
     expected = [(r["step"], r["reward/mean"]) for r in logged if "reward/mean" in r]
     assert [(step, pytest.approx(value, abs=1e-6)) for _, step, value in points] == expected
     assert api(board, "text/tags")["tags"][0] == [f"samples/{i} · from step 1" for i in (1, 2, 3, 4)]
+    (trial,) = api(board, "hparams/list")  # the hyper-parameter tab: the run's short name first, only keys in use
+    assert list(trial["hparams"])[0] == "run" and trial["hparams"]["run"] == tiny_run.out.name
+    assert not {"kl_coeff", "per_device_value_batch_size", "critic_learning_rate"} & set(trial["hparams"])  # GRPO
+    assert set(trial["metrics"]) >= {head + "reward/mean", head + "eval/accuracy"}
     # the page opens on the first tab the server lists; without --component_tabs that list is a set's order
     assert api(board, "component_tabs") == ["scalar", "text", "hyper_parameters"]
 
@@ -53,7 +60,7 @@ def test_visualdl_serves_the_reward_curve_eval_metrics_and_samples(board, tiny_r
 # the y of each group header (a leaf element whose text is the group's name) and of each chart canvas
 GROUPS_AND_CHARTS = """(() => {
   const headers = [...document.querySelectorAll('*')].filter(e => e.children.length == 0
-    && /^(\\d [a-z_]+|[a-z_]+)$/.test(e.textContent.trim()) && e.getBoundingClientRect().x < 100)
+    && /^(\\d [a-z_ ]+|[a-z_]+)$/.test(e.textContent.trim()) && e.getBoundingClientRect().x < 100)
     .map(e => [e.textContent.trim(), e.getBoundingClientRect().y]).sort((a, b) => a[1] - b[1]);
   const charts = [...document.querySelectorAll('canvas')].map(e => e.getBoundingClientRect().y);
   return [headers, charts];
@@ -68,8 +75,8 @@ def curve_pixels(image, box) -> int:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium to screenshot VisualDL with (apt-get install chromium)")
-def test_the_first_screen_is_the_charts_under_their_metrics_names(board, tmp_path):
-    """What a person sees on opening the page: the scalars, the first group by name open and drawn."""
+def test_the_first_screen_is_the_reward_and_eval_charts(board, tmp_path):
+    """What a person sees on opening the page: the scalars, the reward and eval group open and drawn."""
     pytest.importorskip("websocket", reason="the DevTools protocol client (websocket-client) is not installed")
     Image = pytest.importorskip("PIL.Image", reason="Pillow is not installed")
 
@@ -90,7 +97,7 @@ def test_the_first_screen_is_the_charts_under_their_metrics_names(board, tmp_pat
         headers, charts = page.js(GROUPS_AND_CHARTS)
     assert path.endswith("/scalar")  # the scalars tab, not samples or hyper-parameters
     names = [name for name, _ in headers]
-    assert names[:1] == ["actor"] and "reward" in names and "eval" in names  # no rank prefixes
+    assert names[:2] == ["0 reward and eval", "actor"] and "reward" not in names and "eval" not in names
     (_, first_y), (_, second_y) = headers[:2]
     assert charts and all(first_y < y < second_y for y in charts)  # VisualDL opens the first group only
     image = Image.open(shot).convert("RGB")

@@ -28,13 +28,20 @@ def executed(tiny_model_dir, tmp_path_factory):
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         mp.delenv(key, raising=False)
     try:
-        nb = nbformat.read(NOTEBOOK, as_version=4)
-        NotebookClient(nb, timeout=600, kernel_name="python3",
-                       resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+        for _ in range(2):  # twice into one folder, as Restart & Run All does: the second run replaces the first
+            nb = nbformat.read(NOTEBOOK, as_version=4)
+            NotebookClient(nb, timeout=600, kernel_name="python3",
+                           resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
     finally:
         mp.undo()
     nb.out_dir = out
     return nb
+
+
+def test_a_second_run_replaces_its_own_demo_folder_and_says_so(executed):
+    said = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", [])
+                   if o.get("name") == "stderr")
+    assert "ppokit: overwrite_output_dir: deleted" in said
 
 
 def test_the_run_is_written_where_the_notebook_says(executed):

@@ -161,7 +161,8 @@ def test_reference_reaches_the_judge_and_question_is_cut_from_a_chat_prompt():
 def test_unparsed_verdict_raises_a_sentence_quoting_it():
     j = judge(lambda text: "I cannot decide." if _answer(text) == "5" else "Score: 9")
     records = [{"source": "train.jsonl:1"}, {"source": "train.jsonl:2"}]
-    with pytest.raises(RewardError, match=r"1 unparsed verdicts.*train.jsonl:2.*'I cannot decide.'.*skip_group") as err:
+    with pytest.raises(RewardError, match=r"could not score 1 answer \(1 unparsed verdict and 0 failed judge calls\)"
+                       r".*train.jsonl:2.*'I cannot decide.'.*skip_group") as err:
         j(["q", "q"], ["4", "5"], label=["4", "4"], records=records)
     assert err.value.index == 1
     assert j.unparsed_total == 1 and j.take_report().metrics["reward/judge_unparsed"] == 1
@@ -179,7 +180,7 @@ def test_skip_group_gives_none_and_counts_never_a_zero():
 
 def test_endpoint_error_under_raise_names_it():
     j = judge(lambda text: JudgeReply(error="judge endpoint http://127.0.0.1:1 answered HTTP 404: no such model"))
-    with pytest.raises(RewardError, match="1 failed judge calls.*HTTP 404: no such model"):
+    with pytest.raises(RewardError, match="1 failed judge call.*HTTP 404: no such model"):
         j(["q"], ["a"], label=["a"])
 
 

@@ -132,8 +132,14 @@ def test_cli_console_from_start_to_end(tiny_config):
     steps = [line for line in lines if "ppokit: step" in line]
     assert len(steps) == 2 and all(STEP_LINE.match(line) for line in steps), steps  # never glued to the bar
     assert "+ save " in steps[0] and "+ save " not in steps[1], steps  # a checkpoint after step 1 is named with it
+    # after the last step nothing is silent: the final save says what it does before it starts, and how long after
+    after = lines[lines.index(steps[-1]) + 1:]
+    assert after[0] == f"ppokit: saving the final model to {tiny_config.parent / 'out'} ..." or \
+        after[0].startswith("ppokit: saving the final model to "), after[:3]
+    assert any(re.fullmatch(r"ppokit: saved in \d+\.\d s", line) for line in after[1:3]), after[:3]
     summary = err[err.index("ppokit: done: 2 steps in"):].splitlines()
-    assert re.fullmatch(r"ppokit: done: 2 steps in \d+ s, \d+\.\d s per training step \(median\)", summary[0])
+    assert re.fullmatch(r"ppokit: done: 2 steps in \d+ s, \d+\.\d s per training step \(median\); outside the "
+                        r"steps: final save \d+\.\d s", summary[0]), summary[0]
     rows = [json.loads(line) for line in (tiny_config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
     assert summary[1] == f"ppokit: reward {rewards[0]:.3g} at step 1 → {rewards[1]:.3g} at step 2"  # the file's
@@ -179,3 +185,92 @@ def test_next_commands_name_the_venv_that_is_not_on_the_path(tmp_path, monkeypat
     monkeypatch.chdir("/")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert console.command_path("visualdl") == str(bin_dir / "visualdl")
+
+
+def test_the_bar_leaves_evaluation_and_save_out_of_its_rate(monkeypatch):
+    """The bar's s/step and ETA are the steps' own: seconds spent evaluating or saving between steps are excluded
+    (its elapsed time is what a person reads beside the rate)."""
+    import ppokit.tracking.progress as progress
+
+    monkeypatch.setattr(progress, "redraws", lambda out: True)
+    bar = progress.ConsoleProgress(total=4)
+    assert bar._bar is not None
+    bar._bar.start_t -= 100.0  # as if 100 s of evaluation had passed since the bar started
+    bar._bar.last_print_t -= 100.0
+    bar.exclude(100.0)
+    bar.update(1, {"reward/mean": 0.5})
+    assert bar._bar.format_dict["elapsed"] < 50 and "100" not in str(bar._bar)
+    bar.close()
+
+
+def terminal(written: str) -> list[str]:
+    """The lines a terminal shows for `written`: a carriage return goes back to the line's start, ESC[K wipes it."""
+    lines = []
+    for raw in written.split("\n"):
+        shown = ""
+        for part in raw.split("\r"):
+            part = part.replace("\033[K", "")
+            shown = part + shown[len(part):]
+        lines.append(shown)
+    return [line for line in lines if line]
+
+
+def test_a_note_during_a_stage_gets_its_own_line_and_the_stage_shows_once(monkeypatch):
+    """'reading the prompts…ppokit: arithmetic: only 125 distinct prompts' glued, then the stage again: no more."""
+    import io
+
+    out = io.StringIO()
+    monkeypatch.setattr(console, "stream", lambda: out)
+    monkeypatch.setattr(console, "redraws", lambda stream: True)
+    monkeypatch.setattr(console, "_in_notebook", lambda: False)
+    with console.stage("reading the prompts"):
+        console.say("arithmetic: only 125 distinct prompts")
+    shown = terminal(out.getvalue())
+    assert shown[0] == "ppokit: arithmetic: only 125 distinct prompts"
+    assert re.fullmatch(r"ppokit: reading the prompts… \d+\.\d s", shown[1]) and len(shown) == 2, shown
+
+
+def test_a_log_line_during_a_stage_gets_its_own_line(monkeypatch):
+    import io
+
+    from ppokit.args.cli import _BarSafeHandler
+
+    out = io.StringIO()
+    monkeypatch.setattr(console, "stream", lambda: out)
+    monkeypatch.setattr(console, "redraws", lambda stream: True)
+    monkeypatch.setattr(console, "_in_notebook", lambda: False)
+    handler = _BarSafeHandler(out)
+    handler.setFormatter(logging.Formatter("ppokit: %(message)s"))
+    log = logging.getLogger("ppokit.test-live-line")
+    log.addHandler(handler)
+    try:
+        with console.stage("reading the prompts"):
+            log.warning("arithmetic: only 125 distinct prompts")
+    finally:
+        log.removeHandler(handler)
+    shown = terminal(out.getvalue())
+    assert shown[0] == "ppokit: arithmetic: only 125 distinct prompts" and len(shown) == 2, shown
+
+
+def test_what_step_returns_reads_as_the_step_line_with_rounded_values():
+    from ppokit.tracking.step_metrics import StepMetrics
+
+    metrics = StepMetrics({"reward/mean": 0.625, "reward/std": 0.3125, "actor/lr": 3e-05,
+                           "actor/pg_loss": -0.012345678, "timing/step_s": 4.2}, step=3)
+    shown = repr(metrics).splitlines()
+    assert shown[0] == "step 3 | reward 0.625±0.312 | 4.2s/step"
+    assert shown[1] == "{'reward/mean': 0.625, 'reward/std': 0.3125, 'actor/lr': 3e-05, 'actor/pg_loss': -0.01235, " \
+                       "'timing/step_s': 4.2}"
+    assert metrics == {"reward/mean": 0.625, "reward/std": 0.3125, "actor/lr": 3e-05, "actor/pg_loss": -0.012345678,
+                       "timing/step_s": 4.2}  # the values themselves are not rounded
+
+
+def test_a_session_outside_run_ppo_says_its_warnings_as_ppokit_lines(tiny_config):
+    """A script or a notebook builds a Session without run_ppo.py's log set-up: its notes still read "ppokit: ...",
+    and the staleness warning counts in the singular."""
+    code = ("from ppokit import Session\n"
+            f"Session.from_json({str(tiny_config)!r}, output_dir='out3', staleness_threshold=1, rollout_is='off')\n")
+    done = run([sys.executable, "-c", code], tiny_config.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ppokit: staleness_threshold=1 trains on batches up to 1 policy version old without importance " \
+           "correction" in done.stderr

@@ -275,7 +275,7 @@ def test_the_headline_says_what_the_console_says_and_the_wall_time_gaps_are_expl
     console = run_summary(rows, tmp_path, 45.0).splitlines()[:3]  # what the console ends a run with
     headlines = re.findall(r'<p class="headline"><b>([^<]+)</b></p>', page)
     assert headlines == [html.escape(console[0].removeprefix("done: "))] + [html.escape(x) for x in console[1:]]
-    assert headlines[0] == "6 steps in 45 s, 2.0 s per training step (median)"
+    assert headlines[0] == "6 steps in 45 s, 2.0 s per training step (median); outside the steps: evaluations 30.0 s"
     assert headlines[2] == "eval accuracy 0.50 at step 3 → 0.75 at step 6"
     assert "steps 3 → 4: 30 s more than a step, an evaluation (30.0 s) and a checkpoint save" in page
     clip = page[page.index('aria-label="Clip fraction"'):]

@@ -73,7 +73,8 @@ def test_hparams_keep_only_scalar_entries(dirs):
         )
     (record,) = read_vdl(vdl_files(vdl)[0]).get_data("hyper_parameters", "hparam")
     infos = {h.name: h for h in record.hparam.hparamInfos}
-    assert set(infos) == {"learning_rate", "max_steps", "rl_algorithm"}
+    assert set(infos) == {"run", "learning_rate", "max_steps", "rl_algorithm"}  # run: the trial's short name
+    assert infos["run"].string_value == "out"
     assert infos["learning_rate"].float_value == pytest.approx(1e-6)
     assert infos["max_steps"].int_value == 20 and infos["rl_algorithm"].string_value == "grpo"
     assert [m.name for m in record.hparam.metricInfos] == []  # no metric was logged: none is declared
@@ -95,7 +96,7 @@ def test_scalars_come_before_the_hparams_so_visualdl_opens_on_the_charts(dirs):
         record.ParseFromString(raw)
         kinds += [(v.WhichOneof("one_value"), v.tag) for v in record.values]
     kinds = [k for k in kinds if k[0] != "meta_data"]
-    assert kinds[:3] == [("value", "reward/mean"), ("value", "actor/kl"), ("hparam", "hparam")]
+    assert kinds[:3] == [("value", "0 reward and eval/reward/mean"), ("value", "actor/kl"), ("hparam", "hparam")]
 
 
 def test_hparams_of_a_run_without_scalars_are_written_at_close(dirs):
@@ -105,7 +106,7 @@ def test_hparams_of_a_run_without_scalars_are_written_at_close(dirs):
     assert read_vdl(vdl_files(vdl)[0]).get_data("hyper_parameters", "hparam")
 
 
-def test_tags_are_the_metrics_keys_and_copies_and_flat_lines_are_not_written(dirs):
+def test_reward_and_eval_open_first_and_copies_and_flat_lines_are_not_written(dirs):
     out, vdl = dirs
     with Tracker(out, logging_dir=vdl) as t:
         for step in (1, 2, 3):
@@ -114,17 +115,23 @@ def test_tags_are_the_metrics_keys_and_copies_and_flat_lines_are_not_written(dir
                          "reward/std": 0.1, "memory/rss_gb": 1.0, "eval/accuracy": 0.5, "eval/pass@1": 0.5,
                          "eval/pass@4": 0.75, "eval/mean@4": 0.5, "eval/prompts": 30.0, "actor/clipfrac": 0.0,
                          "actor/approx_kl": 0.0, "reward/skipped_groups": 0.0, "timing/ref_s": 2e-6,
-                         "advantages/mean": 0.01 * step, "returns/mean": 0.01 * step})
+                         "advantages/mean": 0.01 * step, "returns/mean": 0.01 * step, "reward/max": 1.0,
+                         "reward/min": 0.0, "cpu/update_threads": 2.0, "response_length/max": 32.0})
     tags = vdl_tags(vdl_files(vdl)[0], "scalar")
+    # VisualDL's scalar page: groups by the text before the first "/", sorted case-insensitively, the first opened
     groups = sorted(dict.fromkeys(t.split("/")[0] for t in tags), key=str.upper)
-    assert groups == ["actor", "advantages", "critic", "eval", "kl", "memory", "reward", "timing"]  # no rank prefix
-    assert [t for t in tags if t.startswith("reward")] == ["reward/mean", "reward/std"]  # no copies, no flat 0
-    assert sorted(t for t in tags if t.startswith("eval")) == ["eval/accuracy", "eval/mean@4", "eval/pass@4"]
-    assert [t for t in tags if t.startswith(("actor", "timing", "returns"))] == ["actor/kl", "timing/step_s"]
+    assert groups == ["0 reward and eval", "actor", "advantages", "critic", "kl", "memory", "timing"]
+    first = [t.split("/", 1)[1] for t in tags if t.startswith(groups[0] + "/")]
+    assert first[:2] == ["reward/mean", "reward/std"]  # no copies, no flat 0, no constant max/min
+    assert sorted(first[2:]) == ["eval/accuracy", "eval/mean@4", "eval/pass@4"]
+    assert [t for t in tags if t.startswith(("actor", "timing", "returns", "cpu", "response_length"))] == \
+        ["actor/kl", "timing/step_s"]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     said = left_out(rows)  # what the report says once
-    assert sorted(said) == ["actor/approx_kl", "actor/clipfrac", "eval/pass@1", "eval/prompts", "returns/mean",
-                            "reward/raw_mean", "reward/rule", "reward/skipped_groups", "timing/ref_s"]
+    assert sorted(said) == ["actor/approx_kl", "actor/clipfrac", "cpu/update_threads", "eval/pass@1", "eval/prompts",
+                            "response_length/max", "returns/mean", "reward/max", "reward/min", "reward/raw_mean",
+                            "reward/rule", "reward/skipped_groups", "timing/ref_s"]
+    assert said["reward/max"].startswith("constant 1: the same at every step")
     assert said["returns/mean"] == "the same as advantages/mean at every step"
     assert said["eval/prompts"].startswith("constant 30: the size of the eval set")
     assert said["actor/clipfrac"].startswith("constant 0: one update per rollout step")
@@ -143,18 +150,20 @@ def test_the_hparams_table_starts_with_what_the_user_changed_and_declares_logged
     from ppokit.args import load_arguments
 
     out, vdl = dirs
-    args = load_arguments(None, overrides=dict(actor_model_name_or_path="m", rollout_n=1, learning_rate=3e-6,
+    args = load_arguments(None, overrides=dict(actor_model_name_or_path="m", rollout_n=2, learning_rate=3e-6, rl_algorithm="grpo", per_device_train_batch_size=2,
                                                do_eval=True, max_steps=2, output_dir=str(out)))
     with Tracker(out, logging_dir=vdl) as t:
         t.log_hparams(args)
         t.log(1, {"reward/mean": 0.5, "response_length/mean": 9.0})
     (record,) = read_vdl(vdl_files(vdl)[0]).get_data("hyper_parameters", "hparam")
     names = [h.name for h in record.hparam.hparamInfos]
-    assert names[:4] == ["actor_model_name_or_path", "learning_rate", "max_steps", "do_eval"]  # changed, ranked
-    assert "rollout_n" in names[4:]  # unchanged, but a key runs are compared by
+    assert names[:7] == ["run", "actor_model_name_or_path", "rl_algorithm", "learning_rate", "rollout_n", "max_steps",
+                         "do_eval"]  # the run's short name, then what was changed, ranked
+    assert "temperature" in names[7:]  # unchanged, but a key runs are compared by
     assert "output_dir" not in names and len(names) < 30
+    assert "kl_coeff" not in names and "per_device_value_batch_size" not in names  # GRPO: no KL reward, no critic
     metrics = [m.name for m in record.hparam.metricInfos]
-    assert metrics == ["reward/mean", "eval/accuracy", "response_length/mean"]  # actor/kl was never logged
+    assert metrics == ["0 reward and eval/reward/mean", "0 reward and eval/eval/accuracy", "response_length/mean"]
 
 
 def test_two_reward_functions_are_written_even_while_they_equal_the_mean(dirs):
@@ -162,7 +171,8 @@ def test_two_reward_functions_are_written_even_while_they_equal_the_mean(dirs):
     with Tracker(out, logging_dir=vdl) as t:
         t.log(1, {"reward/mean": 0.0, "reward/rule": 0.0, "reward/format": 0.0})
     tags = vdl_tags(vdl_files(vdl)[0], "scalar")
-    assert sorted(tags) == ["reward/format", "reward/mean", "reward/rule"]
+    assert sorted(tags) == ["0 reward and eval/reward/format", "0 reward and eval/reward/mean",
+                            "0 reward and eval/reward/rule"]
 
 
 def test_a_copy_that_starts_to_differ_is_written_with_its_whole_history(dirs):
@@ -210,7 +220,7 @@ def test_resume_carries_visualdl_history_into_the_new_file(dirs):
 
     server_view = LogReader(logdir=str(vdl))
     assert server_view.logs() == {str(vdl / "out"): files[-1].name}
-    served = server_view.get_log_data("scalar", str(vdl / "out"), "reward%mean")  # VisualDL's internal form
+    served = server_view.get_log_data("scalar", str(vdl / "out"), "0 reward and eval%reward%mean")  # its form
     assert [(step, value) for step, _, _, value in served] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
 
 

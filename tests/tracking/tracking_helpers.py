@@ -21,7 +21,7 @@ def vdl_scalars(path: Path, tag: str) -> list[tuple[int, float]]:
     """(step, value) pairs of a scalar tag in a record file."""
     from ppokit.tracking.vdl import visualdl_tag
 
-    return [(rec.id, rec.value) for rec in read_vdl(path).get_data("scalar", visualdl_tag(tag))]  # "1 reward/mean"
+    return [(rec.id, rec.value) for rec in read_vdl(path).get_data("scalar", visualdl_tag(tag))]  # "0 reward and eval/reward/mean"
 
 
 def jsonl_rows(path: Path) -> list[dict]:

@@ -86,7 +86,15 @@ def test_the_plan_reads_as_text_and_grpo_shows_no_critic():
                        "linear to 0"  # what the README quotes
     assert "; 1 pass over mini-batches of 8 prompts" in lines[1]
     assert not any(line.startswith("critic") for line in lines)  # GRPO trains no critic
-    assert lines[-1] == "evaluate every 10 steps; save every 10 steps; log every step"
+    assert lines[-1] == "evaluate every 10 steps; save every 10 steps and the final model after the last step; log " \
+                        "every step"
+    args.max_steps = 4  # what train() does: evaluate and save at the end, not "every 10 steps" that never come
+    lines = run_plan(args, batch_plan(args, 1), None).lines()
+    assert lines[-1] == "evaluate after the last step (every 10 steps: none within 4); save the final model after " \
+                        "the last step (every 10 steps: none within 4); log every step"
+    args.max_steps = 25
+    assert run_plan(args, batch_plan(args, 1), None).lines()[-1].startswith(
+        "evaluate every 10 steps and after the last step; save every 10 steps and the final model after")
 
 
 def test_the_arguments_repr_is_short_and_starts_with_what_differs_from_the_defaults():

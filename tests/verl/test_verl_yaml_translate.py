@@ -1,9 +1,11 @@
 """Nested verl YAML == the same overrides; translate round-trips PaddleNLP JSON <-> verl lines."""
 
 import json
+import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -65,19 +67,60 @@ PADDLE = {"actor_model_name_or_path": "tiny-model", "train_datasets": "d/train.j
           "clip_range_ratio_high": 0.28, "report_to": "visualdl", "logging_steps": 1, "temperature": 0.9}
 
 
-def test_translate_round_trips_paddle_json_through_verl_lines(tmp_path):
+def effective(args, but=()) -> dict:
+    """The arguments with an effect in args' configuration, less the keys in `but`."""
+    from ppokit.args.effect import inactive
+
+    off = set(inactive(args)) | set(but)
+    return {k: v for k, v in args.to_dict().items() if k not in off}
+
+
+def said_note(err: str) -> tuple[list[str], list[str]]:
+    """(keys the note says the line cannot say, every note line) from translate's stderr."""
+    notes = [line for line in err.splitlines() if line.startswith("note: ")]
+    cannot = [n for n in notes if "verl's keys cannot say" in n]
+    keys = re.findall(r"(\w+)=", cannot[0].split("cannot say ", 1)[1].split(";", 1)[0]) if cannot else []
+    return keys, notes
+
+
+def test_translate_round_trips_paddle_json_through_verl_lines(tmp_path, capsys):
     src = tmp_path / "grpo.json"
     src.write_text(json.dumps(PADDLE))
     original = load_arguments(src)
     line = translate(str(src), "verl")
-    assert line.startswith("python -m ppokit.main_ppo")
+    assert line.startswith("python3 -m verl.trainer.main_ppo")
     tokens = shlex.split(line.replace("\\\n", " "))[3:]
     assert "actor_rollout_ref.actor.clip_ratio_high=0.28" in tokens and "actor_rollout_ref.rollout.n=4" in tokens
+    left_out, _ = said_note(capsys.readouterr().err)
     from_line, _, _ = parse_main_ppo(tokens)
-    assert from_line.to_dict() == original.to_dict()
+    assert effective(from_line, left_out) == effective(original, left_out)
     back = tmp_path / "back.json"
     back.write_text(translate(line, "paddle"))
-    assert load_arguments(back).to_dict() == original.to_dict()
+    assert effective(load_arguments(back), left_out) == effective(original, left_out)
+
+
+@pytest.mark.parametrize("config", ["config/grpo_argument.json", "config/ppo_argument.json",
+                                    "config/grpo_tools_argument.json"])
+def test_a_translated_line_means_in_verl_what_the_config_means_here(config):
+    """`args translate CONFIG --to verl` as a person runs it: no KL-in-reward switch for GRPO without KL, no key
+    verl lacks; the line read back by ppokit's verl reader gives the same arguments, except what the note names."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "ppokit.args", "translate", config, "--to", "verl"], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tokens = shlex.split(done.stdout.replace("\\\n", " "))[3:]
+    assert tokens and all("." in t.split("=")[0] for t in tokens), tokens  # verl's dotted keys only
+    original = load_arguments(root / config)
+    if original.rl_algorithm == "grpo":
+        assert not any("use_kl_in_reward" in t or "kl_ctrl" in t or t.startswith("critic.") for t in tokens), tokens
+    else:
+        assert "algorithm.use_kl_in_reward=true" in tokens  # PPO puts kl_coeff x KL in the reward
+    left_out, notes = said_note(done.stderr)
+    assert all(k not in {t.split("=")[0] for t in tokens} for k in left_out)
+    from_line, _, _ = parse_main_ppo(tokens)
+    assert effective(from_line, left_out) == effective(original, left_out)
+    if left_out:
+        assert "left out of the line, which runs with" in notes[0]
 
 
 def test_translate_verl_line_to_paddle_and_the_cli(tmp_path):
@@ -96,11 +139,13 @@ def test_translate_verl_line_to_paddle_and_the_cli(tmp_path):
     assert bad.returncode == 2 and "choose verl or paddle" in bad.stderr
 
 
-def test_to_verl_tokens_name_ppokit_only_keys_plainly(tmp_path):
+def test_to_verl_tokens_leave_keys_verl_lacks_out_with_a_note(tmp_path):
     src = tmp_path / "p.json"
     src.write_text(json.dumps(PADDLE))
-    tokens = to_verl_tokens(str(src))
-    assert "use_rule_reward=true" in tokens and "bf16=true" in tokens  # no verl name: given as ppokit keys
+    notes: list = []
+    tokens = to_verl_tokens(str(src), notes)
+    assert not any(t.startswith(("use_rule_reward=", "bf16=", "report_to=")) for t in tokens)
+    assert "bf16=true" in notes[0] and "report_to=[\"visualdl\"]" in notes[0]
     assert not any(t.startswith("actor_rollout_ref.actor.optim.lr=") and t.endswith("e-06") for t in tokens)
 
 
@@ -118,6 +163,6 @@ def test_per_device_paddle_file_becomes_the_same_plan_in_verl_units():
     plan = batch_plan(from_line).to_dict()
     assert plan.pop("mode") == "global"
     assert plan == {k: v for k, v in batch_plan(original).to_dict().items() if k != "mode"}
-    assert notes and "per-device batch sizes" in notes[0]
-    same = {k for k, v in original.to_dict().items() if from_line.to_dict()[k] == v}
+    assert any("per-device batch sizes" in n for n in notes)
+    same = {k for k, v in original.to_dict().items() if from_line.to_dict()[k] == v}  # ppo: KL in the reward
     assert {"actor_model_name_or_path", "learning_rate", "rl_algorithm", "kl_coeff", "max_dec_len"} <= same

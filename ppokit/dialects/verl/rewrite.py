@@ -1,8 +1,10 @@
 """``python -m ppokit.args translate FILE_OR_LINE --to verl|paddle``: one run written in the other dialect.
 
-* to verl: a PaddleNLP/ppokit argument file becomes a ``python -m ppokit.main_ppo`` line: each verl key of
-  the table whose value differs from verl's default, then ppokit keys with no verl name (``key=value``),
-  checked by translating the line back until it gives the same arguments.
+* to verl: a PaddleNLP/ppokit argument file becomes a ``python3 -m verl.trainer.main_ppo`` line that means in verl
+  what the file means here: each verl key of the table whose ppokit key has an effect in this configuration and
+  whose value differs from verl's default. The line is read back with ppokit's verl reader; the keys with an effect
+  that it cannot say (verl has no name for them, or no value that means ppokit's) are named in a note, not
+  written as keys verl lacks. ``python -m ppokit.main_ppo`` runs the same tokens here.
 * to paddle: a verl line (``python3 -m verl.trainer.main_ppo ...`` or ``ppokit.main_ppo``, optionally
   with ``--config-path/--config-name``) or a nested verl YAML becomes a flat PaddleNLP-style JSON.
 """
@@ -17,6 +19,7 @@ from typing import Any
 
 from ppokit.args.arguments import Arguments
 from ppokit.args.batch import batch_mode, batch_plan
+from ppokit.args.effect import inactive
 from ppokit.args.errors import ConfigError
 from ppokit.args.loader import env_world_size, load_arguments, read_config_file
 
@@ -24,7 +27,7 @@ from .hydra import looks_like_override, resolve_interpolations
 from .overrides import VERL_ROOTS, read_verl_yaml, translate_verl, verl_defaults
 from .table import SKIP, TABLE
 
-ENTRY = "python -m ppokit.main_ppo"
+ENTRY = "python3 -m verl.trainer.main_ppo"  # the same tokens run here after `python -m ppokit.main_ppo`
 PER_DEVICE_MODE_KEYS = frozenset({"global_batch_size", "global_mini_batch_size", "global_gen_batch_size",
                                   "gradient_accumulation_steps", "per_device_rollout_batch_size"})
 """Fields that differ between a per-device file and its global rewrite while the batch plan is the same."""
@@ -55,34 +58,45 @@ def _parse_back(tokens: list[str], world: int) -> Arguments:
 
 
 def to_verl_tokens(path: str, notes: list[str] | None = None) -> list[str]:
-    """Override tokens equivalent to the argument file ``path`` (on the launcher's world size); remarks
-    for the user are appended to ``notes``."""
+    """Override tokens that mean in verl what the argument file ``path`` means here (on the launcher's world size):
+    each verl key whose ppokit key has an effect in this configuration (`effect.inactive`: no KL-in-reward switch
+    for GRPO, no critic keys without a critic) and whose value differs from verl's default. The keys with an effect
+    that verl has no name for are left out, each named in ``notes`` with its value."""
     args = load_arguments(path)
     world = env_world_size()
+    off = inactive(args)
     defaults = resolve_interpolations(verl_defaults())
     tokens = ["trainer.nnodes=1", f"trainer.n_gpus_per_node={world}"]
     for key, entry in TABLE.items():
+        if entry.target in off:
+            continue
         value = entry.invert(args)
         if value is not SKIP and value != defaults.get(key):
             tokens.append(f"{key}={hydra_literal(value)}")
+    back_args = _parse_back(tokens, world)
     per_device = batch_mode(args) == "per_device"
-    for _ in range(4):  # ppokit keys verl has no name for, until the line means the same
-        back_args = _parse_back(tokens, world)
-        back, wanted = back_args.to_dict(), args.to_dict()
-        diff = [k for k in wanted if back.get(k) != wanted[k] and not (per_device and k in PER_DEVICE_MODE_KEYS)]
-        if not diff:
-            break
-        tokens += [f"{k}={hydra_literal(wanted[k])}" for k in diff]
-    else:
-        raise ConfigError(f"{path}: could not express {', '.join(diff)} as a verl line.")
+    lacking = {k: v for k, v in unexpressed(args, back_args).items() if not (per_device and k in PER_DEVICE_MODE_KEYS)}
+    out = notes if notes is not None else []
+    if lacking:
+        said = back_args.to_dict()
+        out.append(f"{path}: verl's keys cannot say {', '.join(f'{k}={json.dumps(v)}' for k, v in lacking.items())}; "
+                   "left out of the line, which runs with " +
+                   ", ".join(f"{k}={json.dumps(said.get(k))}" for k in lacking) + " instead.")
     if per_device:  # verl has only global batch sizes: the same plan, written in global units
         same = {**batch_plan(back_args, world).to_dict(), "mode": "per_device"} == batch_plan(args, world).to_dict()
         if not same:
             raise ConfigError(f"{path}: its per-device batch sizes have no global equivalent on {world} rank(s).")
-        (notes if notes is not None else []).append(f"{path}: per-device batch sizes (PaddleNLP E0-E4) are written as verl's global ones "
-                    "(data.train_batch_size, ppo_mini_batch_size): the same batch plan on "
-                    f"{world} rank(s).")
+        out.append(f"{path}: per-device batch sizes (PaddleNLP E0-E4) are written as verl's global ones "
+                   f"(data.train_batch_size, ppo_mini_batch_size): the same batch plan on {world} rank(s).")
     return tokens
+
+
+def unexpressed(args: Arguments, back: Arguments) -> dict[str, Any]:
+    """{key: value} of the keys with an effect in ``args``'s configuration that the verl line, read back as
+    ``back``, does not give the same value (keys without an effect on either side do not count)."""
+    off = set(inactive(args)) | set(inactive(back))
+    wanted, got = args.to_dict(), back.to_dict()
+    return {k: v for k, v in wanted.items() if k not in off and got.get(k) != v}
 
 
 def to_paddle_values(tokens: list[str], config_path: str | None = None, config_name: str | None = None) -> dict:

@@ -101,16 +101,16 @@ class JudgeReward:
         source = (records[first].get("source") if records and first < len(records) else None) or f"item {first}"
         why = (f"its verdict did not parse as {self.template.parser}: {unparsed[first][:300]!r}" if first in unparsed
                else errors[first])
-        what = f"{len(unparsed)} unparsed verdicts and {len(errors)} failed judge calls"
+        what = f"{plural(len(unparsed), 'unparsed verdict')} and {plural(len(errors), 'failed judge call')}"
         if self.on_error == "raise":  # a failed call's error says what to check; an unparsed verdict, the format
             fix = (f"Fix the template or judge_parser so that the judge answers as {self.template.parser} reads it"
                    if first in unparsed else "Fix what the error names")
             raise RewardError(f"the judge ({self.client.name}, template {self.template.name}) could not score "
-                              f"{len(failed)} answers ({what}); first, {source}: {why}. {fix}, or set "
+                              f"{plural(len(failed), 'answer')} ({what}); first, {source}: {why}. {fix}, or set "
                               "reward_on_error: skip_group to drop such groups (counted)",
                               first, source if records else None)
-        log.warning("judge: %d answers unscored (%s), their groups are skipped; first, %s: %s", len(failed), what,
-                    source, why)
+        log.warning("judge: %s unscored (%s), their groups are skipped; first, %s: %s", plural(len(failed), "answer"),
+                    what, source, why)
 
     def _jobs(self, prompts, responses, labels, records, fields) -> list[_Job]:
         from ppokit.data.render import question_text
@@ -189,3 +189,8 @@ class JudgeReward:
 def _where(i: int, records) -> str:
     source = records[i].get("source") if records and i < len(records) else None
     return f"record {i} (source {source!r})" if source else f"record {i}"
+
+
+def plural(n: int, noun: str) -> str:
+    """"1 answer", "2 answers"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
