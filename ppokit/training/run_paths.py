@@ -44,6 +44,9 @@ def written_paths(args) -> list[PathUse]:
         uses.append(PathUse("logging_dir", str(args.logging_dir), WRITE_DIR))
     resume = args.resume_from_checkpoint
     if isinstance(resume, str) and resume.strip().lower() not in ("", "auto", "true", "false", "none"):
+        inside = os.path.join(str(args.output_dir), resume)  # a checkpoint's name inside output_dir, as resume reads it
+        if not os.path.isdir(resume) and os.path.isdir(inside):
+            resume = inside
         uses.append(PathUse("resume_from_checkpoint", resume, READ_DIR))
     return uses
 
