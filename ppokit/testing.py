@@ -97,3 +97,20 @@ def letter_a(prompts, responses, **fields):
 def distinct_chars(prompts, responses, **fields):
     """Reward: number of distinct characters — varies between samples, so advantages are never all zero."""
     return [float(len(set(r))) for r in responses]
+
+
+def wait_until_serving(proc, url: str, tries: int = 600) -> None:
+    """Wait (bounded) until the server process `proc` answers `url`/health; its output is the error if it exits."""
+    import time
+
+    import httpx
+
+    for _ in range(tries):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited: {proc.stdout.read() if proc.stdout else ''}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{url}/health did not answer")

@@ -20,6 +20,7 @@ from ppokit.rewards.errors import RewardError
 from ppokit.rewards.judge import JudgeReward
 from ppokit.rewards.judge.clients import HttpJudge, JudgeReply
 from ppokit.rewards.judge.templates import load_template
+from ppokit.testing import wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
@@ -129,14 +130,7 @@ def test_an_unknown_task_on_v1_score_is_a_422_that_the_client_does_not_retry(clo
                              "--log-level", "warning"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        for _ in range(600):  # bounded wait for the server to answer
-            if proc.poll() is not None:
-                pytest.fail(f"reward_server.py exited: {proc.stdout.read()}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
+        wait_until_serving(proc, url)
         item = {"prompt": "What is 5 + 2?", "response": "7", "label": "7"}
         raw = httpx.post(f"{url}/v1/score", json={"items": [item, {**item, "task": "nope"}]}, timeout=30)
         assert raw.status_code == 422 and "item 1 names task 'nope'" in raw.json()["error_msg"], raw.text

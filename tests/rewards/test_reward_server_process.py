@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from ppokit.rewards import RewardServerError
 from ppokit.rewards.client import RewardServerClient
+from ppokit.testing import wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("ppokit.tasks")
@@ -25,14 +24,7 @@ def test_reward_server_script_serves_paddle_protocol_with_a_token(closed_port_ur
     proc = subprocess.Popen([sys.executable, str(ROOT / "reward_server.py"), "--port", port, "--log-level", "warning"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        for _ in range(600):  # bounded wait for the server to answer
-            if proc.poll() is not None:
-                pytest.fail(f"reward_server.py exited: {proc.stdout.read()}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
+        wait_until_serving(proc, url)
         client = RewardServerClient(url, token="proc-token", max_retries=0)
         prompt = "What is 5 + 2? Answer with just the number."
         assert client([prompt, prompt], ["7", "8"], label=["7", "7"]) == [1.0, 0.0]
