@@ -314,24 +314,6 @@ def two_processes(root):
     return f"LOCAL_RANK rule on both ranks; both ranks kept {sizes.pop()} sequences", {}
 
 
-def qwen_grpo_realistic(model_dir: str, work):
-    """4 GRPO steps of the Qwen2.5-0.5B shape (random weights, the bundled tokenizer) under ZeRO-2 in bf16, prompts
-    of ~256 tokens and responses of 512 (random weights rarely stop early): KL at step 0, rollout/logprob_diff, peak
-    GPU memory and the time of each phase per step. A CPU trial: 2 steps of one small layer, 64 + 32 tokens."""
-    from perf import qwen25_config
-
-    trial = needs_cuda().type == "cpu"
-    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=49152)
-    config = qwen25_config("Qwen2.5-0.5B", **(small if trial else {}))
-    prompt, response = (64, 32) if trial else (256, 512)
-    detail, figures = grpo_steps(model_dir, work, steps=2 if trial else 4, config=config, prompt_tokens=prompt, sharding="stage2",
-                                 max_prompt_len=prompt, max_dec_len=response, max_length=prompt + response)
-    per_step = [round(sum(t.values()), 1) for t in figures["timing"]]
-    lengths = ", ".join(f"{x:.0f}" for x in figures["response_length/mean"] if x is not None)
-    return f"{detail}; response lengths {lengths}; seconds per step {per_step}", figures
-
-
 def ppo_steps(model_dir: str, work):
     """2 PPO steps (a critic: its values and update on the device) with flash-attention asked for (SDPA where it is
     not installed or the compute is float32)."""

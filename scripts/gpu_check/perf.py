@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import torch
-from checks import needs_cuda
+from checks import grpo_steps, needs_cuda
 
 # NVIDIA's datasheet figures (dense bf16 tensor-core FLOP/s, HBM bytes/s), matched against the device name
 DATASHEET = {
@@ -167,3 +167,19 @@ def attention_kernels():
     text = "; ".join(f"{phase}: " + (", ".join(f"{k[:60]} {us:.0f} us" for k, us in f["kernels_us"].items()) or
                                      "no attention kernel named") for phase, f in figures.items())
     return text, figures
+
+
+def qwen_grpo_realistic(model_dir: str, work):
+    """4 GRPO steps of the Qwen2.5-0.5B shape (random weights, the bundled tokenizer) under ZeRO-2 in bf16, prompts
+    of ~256 tokens and responses of 512 (random weights rarely stop early): KL at step 0, rollout/logprob_diff, peak
+    GPU memory and the time of each phase per step. A CPU trial: 2 steps of one small layer, 64 + 32 tokens."""
+    trial = needs_cuda().type == "cpu"
+    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=49152)
+    config = qwen25_config("Qwen2.5-0.5B", **(small if trial else {}))
+    prompt, response = (64, 32) if trial else (256, 512)
+    detail, figures = grpo_steps(model_dir, work, steps=2 if trial else 4, config=config, prompt_tokens=prompt, sharding="stage2",
+                                 max_prompt_len=prompt, max_dec_len=response, max_length=prompt + response)
+    per_step = [round(sum(t.values()), 1) for t in figures["timing"]]
+    lengths = ", ".join(f"{x:.0f}" for x in figures["response_length/mean"] if x is not None)
+    return f"{detail}; response lengths {lengths}; seconds per step {per_step}", figures

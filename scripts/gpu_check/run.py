@@ -58,7 +58,7 @@ def items(work: Path) -> dict:
         "roofline: datasheet vs measured": perf.roofline,
         "Qwen2.5 train and decode tokens/s": perf.tokens_per_s,
         "4 GRPO steps, Qwen2.5-0.5B shape, ZeRO-2, 256 + 512 tokens":
-            lambda: checks.qwen_grpo_realistic(needs_model(model), work / "qwen"),
+            lambda: perf.qwen_grpo_realistic(needs_model(model), work / "qwen"),
     }
 
 
