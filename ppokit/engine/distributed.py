@@ -130,11 +130,26 @@ def init_distributed(backend: str | None = None) -> DistInfo:
             if not use_cuda and os.environ.get("WORLD_SIZE") == "1":
                 skip_shm_comm_build()
             forget_destroyed_world()
-            deepspeed.init_distributed(dist_backend=backend or ("nccl" if use_cuda else "gloo"))
+            init_with_own_port(lambda: deepspeed.init_distributed(dist_backend=backend or ("nccl" if use_cuda else "gloo")))
         if dist.get_world_size() == 1:  # torch prefixes every traceback line "[rank0]:"; one process needs no label
             sys.excepthook = excepthook
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+def init_with_own_port(init, tries: int = 3) -> None:
+    """Run `init`; when the port ppokit picked for a single process (`free_port`) was taken by another process
+    between the pick and the store's bind (EADDRINUSE), pick another and try again. A launcher's port is its own
+    choice and is never changed."""
+    for attempt in range(tries):
+        try:
+            return init()
+        except (RuntimeError, OSError) as exc:
+            ours = os.environ.get("MASTER_PORT") == os.environ.get("PPOKIT_SINGLE_PROCESS_PORT")
+            if not ours or "EADDRINUSE" not in str(exc) and "address already in use" not in str(exc).lower() \
+                    or attempt == tries - 1:
+                raise
+            os.environ["MASTER_PORT"] = os.environ["PPOKIT_SINGLE_PROCESS_PORT"] = str(free_port())
 
 
 def forget_destroyed_world() -> None:

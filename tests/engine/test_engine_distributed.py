@@ -60,3 +60,27 @@ def test_local_rank_never_falls_back_to_rank(monkeypatch):
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     with pytest.raises(distributed.LaunchError):
         distributed._single_process_env_defaults()
+
+
+def test_a_port_taken_between_pick_and_bind_is_picked_again_but_a_launchers_port_is_kept(monkeypatch):
+    from ppokit.engine.distributed import init_with_own_port
+
+    monkeypatch.setenv("MASTER_PORT", "50373")
+    monkeypatch.setenv("PPOKIT_SINGLE_PROCESS_PORT", "50373")
+    calls = []
+
+    def init():
+        calls.append(os.environ["MASTER_PORT"])
+        if len(calls) == 1:
+            raise RuntimeError("The server socket has failed to listen on any local network address. port: 50373, "
+                               "code: -98, name: EADDRINUSE, message: address already in use")
+
+    init_with_own_port(init)
+    assert len(calls) == 2 and calls[1] != "50373" == calls[0]
+    assert os.environ["MASTER_PORT"] == os.environ["PPOKIT_SINGLE_PROCESS_PORT"] == calls[1]
+
+    monkeypatch.setenv("PPOKIT_SINGLE_PROCESS_PORT", "1")  # the launcher's MASTER_PORT: its choice, not retried
+    calls.clear()
+    with pytest.raises(RuntimeError, match="EADDRINUSE"):
+        init_with_own_port(init)
+    assert len(calls) == 1
