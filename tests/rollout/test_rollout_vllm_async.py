@@ -92,14 +92,14 @@ def test_staleness_one_with_vllm_syncs_every_version_and_resumes_exactly(tmp_pat
     s = session(tmp_path / "a", tiny_dir, staleness_threshold=1, rollout_is="token")
     start = copy.deepcopy(s.model)
     produced = []  # (policy version, gap to the weights of that version, gap to the initial weights)
-    real_produce = s.produce
+    real_produce = s._produce  # what step() calls (the pipeline takes it; produce() adds a pull)
 
     def produce():  # inline producer: the trainer's weights now are the version that generates the batch
         batch = real_produce()
         produced.append((int(batch.policy_version[0]), rollout_gap(s.model, batch), rollout_gap(start, batch)))
         return batch
 
-    s.produce = produce
+    s._produce = produce
     first = s.step()
     path = s.save()
     queued = s.pipeline.versions()
