@@ -226,7 +226,9 @@ def evaluate(producer, k: int | None = None, samples: list | None = None) -> dic
     if producer.dist.rank == 0:
         from ppokit.tracking.console import say
 
-        say(f"evaluating: {len(records)} prompts x {max(1, args.eval_rollout_n)} answers "
+        n = max(1, args.eval_rollout_n)
+        each = "1 answer each" if n == 1 else f"{n} answers"
+        say(f"evaluating: {len(records)} prompts x {each} "
             f"({'greedy' if args.eval_temperature == 0 else f'temperature {args.eval_temperature:g}'})")
     groups, reported = generate_and_judge(producer, args, records, samples)
     metrics = summarize(groups, k or max(1, args.eval_rollout_n))
