@@ -230,7 +230,11 @@ def test_ppokit_chooses_the_wait_from_the_load_at_start_unless_the_user_chose_it
 def _child_env(**wait) -> dict:
     import os
 
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
+    # a fresh single process: no wait settings, and no process-group variables of this pytest process (whose own
+    # group still holds its port: a child taking MASTER_PORT for a launcher's would bind it again, EADDRINUSE)
+    dropped = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "RANK",
+               "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PPOKIT_SINGLE_PROCESS_PORT")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     return {**env, **wait}
 
 
