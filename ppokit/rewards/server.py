@@ -290,6 +290,27 @@ def _answer_errors_as_json(app: FastAPI) -> None:
                             status_code=500)
 
 
+async def score_with(load: Load, scorer: Scorer, items: list[dict], request_timeout: float) -> list[tuple[float, dict]]:
+    """`scorer` on `items` through the server's load limits; each way it can fail is the HTTP status it means."""
+    if load.saturated():
+        state = load.health()
+        raise HTTPException(503, f"the server is saturated ({state['running']} scoring jobs running, the longest "
+                                 f"for {state['longest_running_s']:g}s; {state['waiting']} waiting); retry later, "
+                                 "or start it with more --workers or a larger --max-queue")
+    try:
+        return await asyncio.wait_for(load.run(scorer, items), request_timeout)
+    except asyncio.TimeoutError as exc:
+        raise HTTPException(504, f"scoring {len(items)} items took longer than the server's "
+                                 f"request timeout of {request_timeout:g}s; send smaller batches or "
+                                 "start the server with a larger --request-timeout") from exc
+    except UnscorableRequest as exc:
+        raise HTTPException(422, f"the request cannot be scored: {exc}") from exc
+    except RewardError as exc:
+        raise HTTPException(500, f"scoring failed: {exc}") from exc
+    except Exception as exc:
+        raise HTTPException(500, f"scoring failed: the scorer raised {type(exc).__name__}: {exc}") from exc
+
+
 def create_app(scorer: Scorer, token: str | None = None, max_batch: int = DEFAULT_MAX_BATCH,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
                max_queue: int = DEFAULT_MAX_QUEUE, max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> FastAPI:
@@ -307,23 +328,7 @@ def create_app(scorer: Scorer, token: str | None = None, max_batch: int = DEFAUL
     _answer_errors_as_json(app)
 
     async def score(items: list[dict]) -> list[tuple[float, dict]]:
-        if load.saturated():
-            state = load.health()
-            raise HTTPException(503, f"the server is saturated ({state['running']} scoring jobs running, the longest "
-                                     f"for {state['longest_running_s']:g}s; {state['waiting']} waiting); retry later, "
-                                     "or start it with more --workers or a larger --max-queue")
-        try:
-            return await asyncio.wait_for(load.run(scorer, items), request_timeout)
-        except asyncio.TimeoutError as exc:
-            raise HTTPException(504, f"scoring {len(items)} items took longer than the server's "
-                                     f"request timeout of {request_timeout:g}s; send smaller batches or "
-                                     "start the server with a larger --request-timeout") from exc
-        except UnscorableRequest as exc:
-            raise HTTPException(422, f"the request cannot be scored: {exc}") from exc
-        except RewardError as exc:
-            raise HTTPException(500, f"scoring failed: {exc}") from exc
-        except Exception as exc:
-            raise HTTPException(500, f"scoring failed: the scorer raised {type(exc).__name__}: {exc}") from exc
+        return await score_with(load, scorer, items, request_timeout)
 
     async def handle(request: Request, model: type[BaseModel], to_items) -> tuple[list[float], list[dict]]:
         start, n = time.perf_counter(), 0
