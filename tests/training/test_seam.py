@@ -3,6 +3,7 @@ the inline schedule's weights to the bit; the producer thread never writes the l
 methods walk one ordered phase list (each missing phase once); a batch is trained on once; a step past the plan is
 a sentence (issue 46, issue 47 class 3)."""
 
+import random
 import threading
 import time
 from dataclasses import replace
@@ -16,12 +17,15 @@ from ppokit.training import phases
 
 
 def slowed(monkeypatch, side: str, seconds: float = 0.03) -> None:
-    """Every phase of `side` sleeps before and after it runs (a phase boundary each time)."""
+    """Every phase of `side` (scoring included, on the producer's side) sleeps before and after it runs, a jittered
+    0–2× `seconds` each time (its own random stream, not torch's), so the two threads meet in changing orders."""
+    jitter = random.Random(7)
+
     def wrap(run):
         def run_slowly(owner, batch):
-            time.sleep(seconds)
+            time.sleep(seconds * 2 * jitter.random())
             out = run(owner, batch)
-            time.sleep(seconds)
+            time.sleep(seconds * 2 * jitter.random())
             return out
         return run_slowly
 
