@@ -38,7 +38,7 @@ from ppokit.training.critic import critic_update
 from ppokit.training.forward import batched_logprobs
 from ppokit.training.live import warn_flat_groups
 from ppokit.training.metrics import all_ranks_min, over_ranks
-from ppokit.training.threads import fit_threads
+from ppokit.training.threads import decoding_threads, fit_threads
 from ppokit.training.update import LossConfig
 
 
@@ -66,8 +66,9 @@ def generate(producer, records: list[dict], sampling: SamplingParams, group_offs
     prompt_ids = [r["_prompt_ids"] for r in records]
     texts = [r["_prompt_text"] for r in records]
     version = producer.policy_version  # before generating: a partial rollout's update may end meanwhile
-    out = run_rollout(producer.rollout_engine, producer.tokenizer, prompt_ids, sampling, producer.agent,
-                      [row_is_multi_turn(r) for r in records], [tools_kwargs_of(r) for r in records])
+    with decoding_threads(producer):
+        out = run_rollout(producer.rollout_engine, producer.tokenizer, prompt_ids, sampling, producer.agent,
+                          [row_is_multi_turn(r) for r in records], [tools_kwargs_of(r) for r in records])
     batch = build_batch(
         records, prompt_ids, texts, out.prompt_index, out.response_ids, out.finish_reasons,
         producer.tokenizer, rollout_logprobs=out.logprobs, group_offset=group_offset,

@@ -76,6 +76,7 @@ class Producer:
     agent: object | None = None  # rollout.agent_loop.AgentSpec of a multi_turn run, else None
     reward_normalizer: object | None = None
     threads: object | None = None  # ThreadPolicy (inline CPU runs); the threaded producer takes the trainer's count
+    decoding_threads: object | None = None  # threads.DecodingThreads of a CPU run with ppokit's fixed count, else None
     handoff: WeightHandoff | None = None
     rollouts_drawn: int = 0
     skipped_groups: int = 0

@@ -18,6 +18,13 @@ with its reason; every count is in the metrics (cpu/rollout_threads, cpu/update_
 
 A `torch.set_num_threads` call of the user's own is kept from then on.
 
+Decoding gets its own fixed count (`DecodingThreads`): a decoding step on a CPU is a few hundred parallel regions
+of a few dozen rows each, too small for a full team — its threads spend the gaps between them waking each other
+(on the 2-core AMX VM of docs/performance.md, 2 threads with the short spin decoded no faster than 1, and beside a
+busy neighbour a 2-thread team waits for whichever thread the scheduler put aside). So the default decodes on half
+the run's count (at least 1: one thread on a 2-core machine) and runs every other phase on the whole count; both
+counts are fixed for the run, so the bits still repeat, busy or idle. `PPOKIT_THREADS=N` keeps N for every phase.
+
 How the threads wait is not the count: `ppokit/thread_waiting.py` bounds libgomp's spin before torch loads (the
 same bits, docs/performance.md). Whatever the policy, before each phase the same /proc/stat reading tells whether
 other processes took cores this run's threads needed; the first time they did, the console says so once, with the
@@ -26,9 +33,11 @@ levers (`slowed_note`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -73,6 +82,9 @@ class ThreadPolicy:
                         "bits. Unset %s for a fixed count", ENV, ENV)
         self._chosen: int | None = None
         self._mark = self._sample()
+        # decoding's own fixed count: only for the default, where ppokit chose the count (N, auto, off: theirs)
+        self.decoding = (DecodingThreads(others=self.fixed, decoding=decoding_count(self.fixed))
+                         if mode == "fixed" and self.fixed else None)
 
     def _sample(self) -> tuple[float, float | None, float]:
         return time.monotonic(), busy_seconds(self.cpus), own_seconds()
@@ -108,6 +120,39 @@ class ThreadPolicy:
             torch.set_num_threads(threads)
         self._chosen = threads
         return threads
+
+
+def decoding_count(threads: int) -> int:
+    """Threads for decoding steps in a run of `threads` threads: half, at least one (docs/performance.md measured
+    2 -> 1 on a 2-core VM: as fast idle, unslowed beside a busy neighbour; larger counts are not measured)."""
+    return max(1, threads // 2)
+
+
+@dataclass(frozen=True)
+class DecodingThreads:
+    """The run's fixed thread counts: `decoding` for the decoding loop, `others` for every other phase."""
+
+    others: int
+    decoding: int
+
+    def now(self) -> int:
+        """The count decoding runs with in this thread: `decoding`, unless the count was set by hand
+        (`torch.set_num_threads` in a notebook: theirs, for every phase)."""
+        current = torch.get_num_threads()
+        return self.decoding if current == self.others else current
+
+    @contextlib.contextmanager
+    def around_decoding(self):
+        """Decode on `decoding` threads, then back to `others` (the calling thread's count: torch keeps one per
+        thread, so the producer thread of an asynchronous run switches only its own)."""
+        if self.now() == torch.get_num_threads():
+            yield
+            return
+        torch.set_num_threads(self.decoding)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(self.others)
 
 
 def say_wait_is_fixed_already() -> None:
@@ -146,10 +191,25 @@ def slowed_note(others: float, cores: int, threads: int) -> bool:
 
 def fit_threads(state, phase: str) -> dict[str, float]:
     """Fit the thread count before `phase` of a CPU run; {"cpu/<phase>_threads": count} where ppokit sets the
-    count (fixed, N or auto), else {} (off)."""
+    count (fixed, N or auto), else {} (off). The rollout's is the count its decoding runs with."""
     policy = getattr(state, "threads", None)
     if policy is not None:
         say_wait_is_fixed_already()  # here, not at build: the console's level is set by then
     if policy is None or not (policy.adaptive or policy.fixed):
         return {}
-    return {f"cpu/{phase}_threads": float(policy.fit())}
+    count = policy.fit()
+    if phase == "rollout" and policy.decoding is not None:
+        count = policy.decoding.now()
+    return {f"cpu/{phase}_threads": float(count)}
+
+
+@contextlib.contextmanager
+def decoding_threads(producer):
+    """The decoding loop's thread count around a generation (`DecodingThreads`); nothing where the run keeps one
+    count (PPOKIT_THREADS=N, auto, off) or does not run on a CPU."""
+    counts = getattr(producer, "decoding_threads", None)
+    if counts is None:
+        yield
+        return
+    with counts.around_decoding():
+        yield

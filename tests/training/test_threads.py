@@ -109,6 +109,66 @@ def test_explicit_choices_win(four_cores, monkeypatch):
         ThreadPolicy("many")
 
 
+def test_decoding_runs_on_half_the_fixed_count_and_every_other_phase_on_all_of_it(four_cores, monkeypatch):
+    import threading
+
+    monkeypatch.delenv("PPOKIT_THREADS", raising=False)
+    assert [policy_mod.decoding_count(n) for n in (1, 2, 3, 4, 16)] == [1, 1, 1, 2, 8]
+    counts = ThreadPolicy().decoding
+    assert (counts.others, counts.decoding) == (4, 2)
+    with counts.around_decoding():
+        assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == 4
+    seen = []
+
+    def producer_thread():  # an asynchronous run's producer: torch keeps a count per thread
+        torch.set_num_threads(4)  # what `pipeline._in_thread` does first: the trainer's count
+        with counts.around_decoding():
+            seen.append(torch.get_num_threads())
+        seen.append(torch.get_num_threads())
+
+    worker = threading.Thread(target=producer_thread)
+    worker.start()
+    worker.join()
+    assert seen == [2, 4] and torch.get_num_threads() == 4
+    torch.set_num_threads(3)  # the user's own count (a notebook): kept for decoding too
+    with counts.around_decoding():
+        assert torch.get_num_threads() == 3 == counts.now()
+    for mine in ("4", "auto", "off"):  # a count the user chose is theirs in every phase
+        assert ThreadPolicy(mine).decoding is None
+
+
+@pytest.mark.parametrize("producer", ["inline", "thread"])
+def test_a_run_decodes_on_half_its_threads_on_either_side_of_the_seam(tiny_model_dir, tmp_path, monkeypatch, producer):
+    """The default policy on 2 threads: every generation (rollouts and evaluation) runs on 1, in the inline producer
+    and in the producer thread alike (else the two would part in their bits), every other phase on 2."""
+    from session_helpers import distinct_chars, tiny_overrides
+
+    import ppokit.rollout.agent_loop as agent_loop
+    from ppokit.args import load_arguments
+    from ppokit.session import Session
+
+    monkeypatch.delenv("PPOKIT_THREADS", raising=False)
+    seen = []
+    real = agent_loop.rollout
+    monkeypatch.setattr(agent_loop, "rollout", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text("".join(json.dumps({"prompt": f"say a {i}:"}) + "\n" for i in range(8)))
+        s = Session(load_arguments(None, overrides=tiny_overrides(
+            tiny_model_dir, str(prompts), tmp_path, max_steps=3, staleness_threshold=1, async_producer=producer,
+            eval_datasets=str(prompts), do_eval=True, eval_steps=2)), reward_functions=[distinct_chars])
+        updates = [s.step()["cpu/update_threads"] for _ in range(3)]
+        s.close()
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert len(seen) >= 4 and set(seen) == {1}  # 3 rollouts (+1 queued) and the evaluation at step 2
+    assert updates == [2.0] * 3 and after == 2
+
+
 def test_busy_seconds_reads_this_machine():
     first = busy_seconds({0})
     sum(i * i for i in range(200_000))
@@ -187,7 +247,9 @@ def test_the_default_run_beside_a_busy_neighbour_resumes_to_the_bits_of_the_idle
             k: v for k, v in theirs.items() if not k.startswith(volatile)}
     # The tiny model's bits happen not to depend on the thread count, so the counts are what tells the default from
     # auto here (with PPOKIT_THREADS=auto this line fails: 1 thread beside the neighbour, torch's default 2 idle).
-    assert first["cpu/rollout_threads"] == second["cpu/update_threads"] == idle_metrics[0]["cpu/rollout_threads"] == 2
+    # Decoding runs on half the count (1 of 2), every other phase on the whole count, idle or busy.
+    assert first["cpu/rollout_threads"] == idle_metrics[0]["cpu/rollout_threads"] == 1
+    assert first["cpu/update_threads"] == second["cpu/update_threads"] == idle_metrics[0]["cpu/update_threads"] == 2
 
 
 def test_the_note_says_once_that_others_slowed_a_fixed_count_and_names_the_levers(four_cores, monkeypatch, caplog):
