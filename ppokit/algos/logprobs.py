@@ -67,8 +67,8 @@ def _chunk_logprobs_entropy(logits: torch.Tensor, labels: torch.Tensor, temperat
     if temperature != 1.0:
         x = x / temperature
     logp, lse = _PickedMinusLogsumexp.apply(x, labels)
-    with torch.no_grad():
-        entropy = lse - (torch.exp(x - lse.unsqueeze(-1)) * x).sum(-1)
+    with torch.no_grad():  # one (B, C, V) temporary, exp and product in place: the same values as out of place
+        entropy = lse - (x - lse.unsqueeze(-1)).exp_().mul_(x).sum(-1)
     return logp, entropy
 
 
