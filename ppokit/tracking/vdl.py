@@ -52,7 +52,7 @@ CONSTANT_BY_CONSTRUCTION = {
     "reward/skipped_groups": (0.0, "no group is skipped unless reward_on_error is skip_group and scoring fails"),
     "eval/prompts": (None, "the size of the eval set, the same at every evaluation"),
     "cpu/update_threads": (None, "the thread count set when the run started, unchanged"),
-    "cpu/rollout_threads": (None, "the thread count set when the run started, unchanged"),
+    "cpu/rollout_threads": (None, "the decoding thread count, fixed for the run"),
     "response_length/max": (None, "the same at every step (answers cut at max_dec_len)"),
     "reward/max": (None, "the same at every step (the best answer of every step scored alike)"),
     "reward/min": (None, "the same at every step (the worst answer of every step scored alike)"),
