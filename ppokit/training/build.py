@@ -18,7 +18,6 @@ from ppokit.args import (
     run_plan,
 )
 from ppokit.data import PromptLoader, choose_chat_template
-from ppokit.heap import keep_freed_memory
 from ppokit.rollout import RolloutEngine
 from ppokit.tracking.console import quiet_hf_progress, set_quiet, stage
 from ppokit.training.engine_setup import choose_device, seed_everything, train_engine, zero_options
@@ -258,8 +257,6 @@ def build_sides(args, model=None, tokenizer=None, reward_functions=None) -> tupl
     place_actor(actor)
     policy = build_policy(args, actor, plan)
     threads = threads if policy.device.type == "cpu" else None
-    if threads is not None:
-        keep_freed_memory()  # the steps' large tensors reused, not page-faulted in again (ppokit/heap.py)
     handoff = WeightHandoff()
     producer = Producer(args=args, dist=dist, plan=plan, tokenizer=policy.tokenizer, rollout_engine=rollout_engine,
                         reward_fns=fns, loader=loader, train_records=train, eval_records=evals, threads=threads,

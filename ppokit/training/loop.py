@@ -54,15 +54,12 @@ class Trainer:
         self.drift = DriftWatch()
 
     def train(self) -> list[dict]:
-        from ppokit.heap import hand_back_freed_memory
-
         with self.frame(self.session) as preemption:
             self.preemption = preemption
             try:
                 return train_loop(self)
             finally:
                 self.preemption = None
-                hand_back_freed_memory()  # the heap kept the steps' memory for reuse; not the process's after
 
     def between_steps(self) -> None:
         """After each step: a pending SIGTERM writes a checkpoint and stops the run here."""
