@@ -66,6 +66,7 @@ class ThreadPolicy:
         self.adaptive = mode == "auto" and "OMP_NUM_THREADS" not in os.environ and len(self.cpus) > 1
         self._said = False  # auto's first change
         self._slowed_said = False
+        self.counts_said = False
         if mode.isdigit() and int(mode) > 0:
             self.fixed = int(mode)
             torch.set_num_threads(self.fixed)
@@ -198,9 +199,20 @@ def fit_threads(state, phase: str) -> dict[str, float]:
     if policy is None or not (policy.adaptive or policy.fixed):
         return {}
     count = policy.fit()
-    if phase == "rollout" and policy.decoding is not None:
-        count = policy.decoding.now()
+    if policy.decoding is not None:
+        say_counts_once(policy)
+        count = policy.decoding.now() if phase == "rollout" else count
     return {f"cpu/{phase}_threads": float(count)}
+
+
+def say_counts_once(policy: ThreadPolicy) -> None:
+    """The default's two counts, once per run, at its first phase that sets them."""
+    counts = policy.decoding
+    if policy.counts_said or counts.decoding == counts.others or counts.now() != counts.decoding:
+        return
+    policy.counts_said = True
+    logger.info("CPU threads: %d for decoding, %d for everything else, fixed for the run so that it repeats to the "
+                "bit (%s=N sets N for every phase)", counts.decoding, counts.others, ENV)
 
 
 @contextlib.contextmanager

@@ -139,7 +139,8 @@ def test_decoding_runs_on_half_the_fixed_count_and_every_other_phase_on_all_of_i
 
 
 @pytest.mark.parametrize("producer", ["inline", "thread"])
-def test_a_run_decodes_on_half_its_threads_on_either_side_of_the_seam(tiny_model_dir, tmp_path, monkeypatch, producer):
+def test_a_run_decodes_on_half_its_threads_on_either_side_of_the_seam(tiny_model_dir, tmp_path, monkeypatch, producer,
+                                                                     caplog):
     """The default policy on 2 threads: every generation (rollouts and evaluation) runs on 1, in the inline producer
     and in the producer thread alike (else the two would part in their bits), every other phase on 2."""
     from session_helpers import distinct_chars, tiny_overrides
@@ -160,13 +161,17 @@ def test_a_run_decodes_on_half_its_threads_on_either_side_of_the_seam(tiny_model
         s = Session(load_arguments(None, overrides=tiny_overrides(
             tiny_model_dir, str(prompts), tmp_path, max_steps=3, staleness_threshold=1, async_producer=producer,
             eval_datasets=str(prompts), do_eval=True, eval_steps=2)), reward_functions=[distinct_chars])
-        updates = [s.step()["cpu/update_threads"] for _ in range(3)]
+        with caplog.at_level(logging.INFO, logger="ppokit"):
+            updates = [s.step()["cpu/update_threads"] for _ in range(3)]
         s.close()
         after = torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
     assert len(seen) >= 4 and set(seen) == {1}  # 3 rollouts (+1 queued) and the evaluation at step 2
     assert updates == [2.0] * 3 and after == 2
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("CPU threads")]
+    assert said == ["CPU threads: 1 for decoding, 2 for everything else, fixed for the run so that it repeats to the "
+                    "bit (PPOKIT_THREADS=N sets N for every phase)"]
 
 
 def test_busy_seconds_reads_this_machine():
