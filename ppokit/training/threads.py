@@ -146,7 +146,7 @@ class DecodingThreads:
     def around_decoding(self):
         """Decode on `decoding` threads, then back to `others` (the calling thread's count: torch keeps one per
         thread, so the producer thread of an asynchronous run switches only its own)."""
-        if self.now() == torch.get_num_threads():
+        if torch.get_num_threads() != self.others or self.decoding == self.others:  # set by hand, or one count
             yield
             return
         torch.set_num_threads(self.decoding)
@@ -215,13 +215,8 @@ def say_counts_once(policy: ThreadPolicy) -> None:
                 "bit (%s=N sets N for every phase)", counts.decoding, counts.others, ENV)
 
 
-@contextlib.contextmanager
 def decoding_threads(producer):
     """The decoding loop's thread count around a generation (`DecodingThreads`); nothing where the run keeps one
     count (PPOKIT_THREADS=N, auto, off) or does not run on a CPU."""
     counts = getattr(producer, "decoding_threads", None)
-    if counts is None:
-        yield
-        return
-    with counts.around_decoding():
-        yield
+    return counts.around_decoding() if counts is not None else contextlib.nullcontext()

@@ -117,11 +117,17 @@ def _try(fn):
     return None
 
 
-def test_the_notebook_methods_walk_the_phases_each_missing_one_once(tmp_path):
+def counting_session(folder):
+    """(a tiny session, a list that gets one entry per call of its reward function)."""
     calls = []
-    s = tiny_session(tmp_path / "n")
+    s = tiny_session(folder)
     count = s.producer.reward_fns[0].fn
     s.producer.reward_fns[0] = replace(s.producer.reward_fns[0], fn=lambda p, r, **k: calls.append(1) or count(p, r, **k))
+    return s, calls
+
+
+def test_the_notebook_methods_walk_the_phases_each_missing_one_once(tmp_path):
+    s, calls = counting_session(tmp_path / "n")
     batch = s.rollout()
     assert batch.phases_done == ("rollout",) and batch.scores is None
     scores = s.score(batch)
@@ -158,10 +164,7 @@ def test_a_batch_is_consumed_once_and_the_plan_ends_at_its_last_step(tmp_path):
 
 def test_a_batch_from_an_older_checkpoints_queue_is_consumed_from_where_it_was_produced(tmp_path):
     """Batches queued by a format-2 checkpoint carry no phase record and no origin: scored means produced."""
-    calls = []
-    s = tiny_session(tmp_path / "o")
-    count = s.producer.reward_fns[0].fn
-    s.producer.reward_fns[0] = replace(s.producer.reward_fns[0], fn=lambda p, r, **k: calls.append(1) or count(p, r, **k))
+    s, calls = counting_session(tmp_path / "o")
     produced = s.produce()
     legacy = replace(produced, phases_done=(), origin=-1)
     assert phases.done_through(legacy) == phases.NAMES.index("dynamic_sampling")
