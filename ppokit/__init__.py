@@ -3,9 +3,6 @@
 __version__ = "0.1.0"
 
 from ppokit.errors import PpokitError
-from ppokit.thread_waiting import choose_before_torch
-
-choose_before_torch()  # libgomp reads how its threads wait once, when torch loads: before any torch import
 
 __all__ = ["PpokitError", "Session", "__version__"]
 

@@ -175,9 +175,15 @@ def loaded_lines(results: dict[str, dict]) -> str:
 
 
 def _wait(result: dict) -> str:
-    """The OpenMP wait a worker ran with (ppokit chooses it at import from the load; the user's variables win)."""
-    chosen = {k: v for k, v in (result.get("wait") or {}).items() if v}
-    return " ".join(f"{k}={v}" for k, v in chosen.items()) or "as libgomp's default"
+    """How a worker's idle threads waited: the user's variables, ppokit's governor (how often it took the short
+    spin), or libgomp's own spin."""
+    wait = result.get("wait") or {}
+    chosen = {k: v for k, v in wait.items() if v and k != "short_waits"}
+    if chosen:
+        return " ".join(f"{k}={v}" for k, v in chosen.items())
+    if wait.get("short_waits") is not None:
+        return f"governed by ppokit (short spin taken {wait['short_waits']} times)"
+    return "as libgomp's default"
 
 
 def _cores(value) -> str:

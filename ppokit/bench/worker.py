@@ -31,6 +31,13 @@ def matmul_peaks(size: int = 512, repeats: int = 3) -> dict[str, float]:
     return peaks
 
 
+def governed_short_waits() -> int | None:
+    """Times ppokit's wait governor switched libgomp to its short spin (None: it did not run)."""
+    from ppokit.training import waiting
+
+    return None if waiting._governor is None else waiting._governor.short_waits
+
+
 def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
@@ -122,7 +129,8 @@ def main(argv: list[str]) -> None:
         0.0, (busy_after - busy_before) - (own_after - own_before)) / max(time.monotonic() - started, 1e-9)
     out = {"steps": steps, "compute_dtype": spec.get("compute_dtype"), "peak_rss_bytes": peak_rss_bytes(),
            "flop_peaks": peaks, "threads": torch.get_num_threads(), "others_cores": others,
-           "wait": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")},
+           "wait": {**{k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")},
+                    "short_waits": governed_short_waits()},
            "torch": torch.__version__}
     with open(out_path, "w") as f:
         json.dump(out, f, indent=1)

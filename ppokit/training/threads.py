@@ -19,16 +19,18 @@ with its reason; every count is in the metrics (cpu/rollout_threads, cpu/update_
 A `torch.set_num_threads` call of the user's own is kept from then on.
 
 Decoding gets its own fixed count (`DecodingThreads`): a decoding step on a CPU is a few hundred parallel regions
-of a few dozen rows each, too small for a full team — its threads spend the gaps between them waking each other
-(on the 2-core AMX VM of docs/performance.md, 2 threads with the short spin decoded no faster than 1, and beside a
-busy neighbour a 2-thread team waits for whichever thread the scheduler put aside). So the default decodes on half
-the run's count (at least 1: one thread on a 2-core machine) and runs every other phase on the whole count; both
-counts are fixed for the run, so the bits still repeat, busy or idle. `PPOKIT_THREADS=N` keeps N for every phase.
+of a few dozen rows each, too small for a full team, and beside a busy neighbour a team of the machine's size waits
+at each of them for whichever thread the scheduler put aside. So the default decodes on half the run's count (at
+least 1: one thread on a 2-core machine) and runs every other phase on the whole count; both counts are fixed for
+the run, so the bits still repeat, busy or idle. On the 2-core AMX VM of docs/performance.md (sixth pass) that
+costs idle speed (two spinning threads decode ≈ 1.35x faster) and buys the loaded step (beside one busy loop:
+1.2x the idle step against 1.5x with two decoding threads, the same seconds); `PPOKIT_THREADS=N` keeps N for every
+phase.
 
-How the threads wait is not the count: `ppokit/thread_waiting.py` bounds libgomp's spin before torch loads (the
-same bits, docs/performance.md). Whatever the policy, before each phase the same /proc/stat reading tells whether
-other processes took cores this run's threads needed; the first time they did, the console says so once, with the
-levers (`slowed_note`).
+How the threads wait is not the count: `waiting.WaitGovernor` lets libgomp's idle threads spin long while the run
+has its cores and briefly while other processes want them (the same bits, docs/performance.md). Whatever the
+policy, before each phase the same /proc/stat reading tells whether other processes took cores this run's threads
+needed; the first time they did, the console says so once, with the levers (`slowed_note`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from ppokit.args import ConfigError
-from ppokit.thread_waiting import BOUNDED_SPINS, Waiting, busy_seconds, own_seconds, waiting_lever
+from ppokit.training.waiting import busy_seconds, contended, govern_waiting, own_seconds, waiting_lever
 
 ENV = "PPOKIT_THREADS"
 logger = logging.getLogger("ppokit")
@@ -83,6 +85,7 @@ class ThreadPolicy:
                         "bits. Unset %s for a fixed count", ENV, ENV)
         self._chosen: int | None = None
         self._mark = self._sample()
+        self.governor = govern_waiting(self.fixed or torch.get_num_threads(), self.cpus)  # how idle threads wait
         # decoding's own fixed count: only for the default, where ppokit chose the count (N, auto, off: theirs)
         self.decoding = (DecodingThreads(others=self.fixed, decoding=decoding_count(self.fixed))
                          if mode == "fixed" and self.fixed else None)
@@ -119,13 +122,15 @@ class ThreadPolicy:
                 torch.get_num_threads(), threads, others, len(self.cpus), ENV)
             self._said = True
             torch.set_num_threads(threads)
+            if self.governor is not None:
+                self.governor.threads = threads
         self._chosen = threads
         return threads
 
 
 def decoding_count(threads: int) -> int:
     """Threads for decoding steps in a run of `threads` threads: half, at least one (docs/performance.md measured
-    2 -> 1 on a 2-core VM: as fast idle, unslowed beside a busy neighbour; larger counts are not measured)."""
+    2 -> 1 on a 2-core VM: unslowed beside a busy neighbour, ≈ 1.35x slower idle; larger counts are not measured)."""
     return max(1, threads // 2)
 
 
@@ -156,31 +161,11 @@ class DecodingThreads:
             torch.set_num_threads(self.others)
 
 
-def say_wait_is_fixed_already() -> None:
-    """Once per process, where torch (on libgomp) was imported before ppokit: the wait can no longer be chosen."""
-    if not Waiting.too_late or Waiting.told or not _libgomp_loaded():
-        return
-    Waiting.told = True
-    logger.info("torch was imported before ppokit, so how its threads wait can no longer be chosen: libgomp read "
-                "that when torch loaded, and its idle threads spin ≈ 3-10 ms before sleeping, which beside busy "
-                "processes can make steps several times slower. The thread count is still ppokit's (%s, or "
-                "torch.set_num_threads). For the short spin, import ppokit before torch (in a notebook: restart the "
-                "kernel), or set GOMP_SPINCOUNT=%s before Python starts", ENV, BOUNDED_SPINS)
-
-
-def _libgomp_loaded() -> bool:
-    try:
-        with open("/proc/self/maps") as f:
-            return "libgomp" in f.read()
-    except OSError:
-        return False
-
-
 def slowed_note(others: float, cores: int, threads: int) -> bool:
     """Say (once per run: the caller keeps the answer) that other processes took cores this run's fixed thread
     count needed, with the levers; True when said. Beside `others` busy cores, `threads` threads on `cores` cores
     share them as soon as others > cores - threads: half a core more than that is a step clearly slower than idle."""
-    if others < cores - threads + 0.5:
+    if not contended(others, cores, threads):
         return False
     logger.info("other processes kept %.1f of this machine's %d cores busy while this run computed on %d threads, "
                 "so its steps are slower than the same work on an idle machine. The count stays %d (it decides the "
@@ -194,8 +179,6 @@ def fit_threads(state, phase: str) -> dict[str, float]:
     """Fit the thread count before `phase` of a CPU run; {"cpu/<phase>_threads": count} where ppokit sets the
     count (fixed, N or auto), else {} (off). The rollout's is the count its decoding runs with."""
     policy = getattr(state, "threads", None)
-    if policy is not None:
-        say_wait_is_fixed_already()  # here, not at build: the console's level is set by then
     if policy is None or not (policy.adaptive or policy.fixed):
         return {}
     count = policy.fit()

@@ -125,10 +125,15 @@ def test_loaded_lines_compare_each_trainer_with_its_idle_run():
     runs = with_neighbours([("ppokit", "ppokit", {}), ("trl", "trl", {})], 3)
     assert [(label, n) for label, _, _, n in runs] == [("ppokit", 0), ("ppokit beside 3 busy", 3), ("trl", 0),
                                                         ("trl beside 3 busy", 3)]
-    step = lambda s, others: {"summary": {"step": {"median_s": s}}, "others_cores": others,  # noqa: E731
-                              "wait": {"OMP_WAIT_POLICY": "PASSIVE" if others else None}}
+    step = lambda s, others, short=None: {"summary": {"step": {"median_s": s}}, "others_cores": others,  # noqa: E731
+                                          "wait": {"OMP_WAIT_POLICY": "PASSIVE" if others else None,
+                                                   "short_waits": short}}
     text = loaded_lines({"ppokit": step(4.0, 0.1), "ppokit beside 3 busy": step(6.0, 2.9), "trl": step(16.0, None),
                          "trl beside 3 busy": step(48.0, 3.0)})
+    governed = loaded_lines({"ppokit": step(4.0, 0.0, 0) | {"wait": {"short_waits": 0}},
+                             "ppokit beside 3 busy": step(6.0, 2.9) | {"wait": {"short_waits": 1}}})
+    assert "waited governed by ppokit (short spin taken 1 times) beside them, governed by ppokit (short spin " \
+           "taken 0 times) idle" in governed
     assert "ppokit beside 3 busy: step 1.50x its idle step; other processes kept 2.9 cores busy" in text
     assert "0.1 during the idle run" in text and "? during the idle run" in text
     assert "threads waited OMP_WAIT_POLICY=PASSIVE beside them, OMP_WAIT_POLICY=PASSIVE idle" in text

@@ -35,7 +35,7 @@ def four_cores(monkeypatch):
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(policy_mod, "_cpus", lambda: {0, 1, 2, 3})
-    monkeypatch.setattr(policy_mod.Waiting, "told", True)  # torch imported first here or not: not these tests' note
+    monkeypatch.setattr(policy_mod, "govern_waiting", lambda threads, cpus: None)  # not this pretend machine's
     torch.set_num_threads(4)
     yield Clock(monkeypatch)
     torch.set_num_threads(before)
@@ -272,7 +272,7 @@ def test_the_note_says_once_that_others_slowed_a_fixed_count_and_names_the_lever
     said = [r.getMessage() for r in caplog.records if "slower" in r.getMessage()]
     assert len(said) == 1
     assert "kept 1.0 of this machine's 4 cores busy" in said[0] and "computed on 4 threads" in said[0]
-    assert "PPOKIT_THREADS=auto" in said[0] and "OMP_WAIT_POLICY=PASSIVE" in said[0]
+    assert "PPOKIT_THREADS=auto" in said[0] and "PPOKIT_THREADS=1" in said[0]
 
 
 def test_one_thread_of_two_cores_beside_one_neighbour_is_not_slowed(caplog):
@@ -280,18 +280,6 @@ def test_one_thread_of_two_cores_beside_one_neighbour_is_not_slowed(caplog):
         assert not policy_mod.slowed_note(1.0, cores=2, threads=1)  # the neighbour has the other core
         assert policy_mod.slowed_note(1.0, cores=2, threads=2)
     assert len(caplog.records) == 1
-
-
-def test_ppokit_chooses_the_wait_from_the_load_at_start_unless_the_user_chose_it():
-    from ppokit.thread_waiting import BOUNDED_SPINS, chosen_waiting, others_busy_now
-
-    assert chosen_waiting({}, others_busy=0.1) == {"GOMP_SPINCOUNT": BOUNDED_SPINS}  # idle: spin a little, then sleep
-    assert chosen_waiting({}, others_busy=None) == {"GOMP_SPINCOUNT": BOUNDED_SPINS}  # no /proc/stat
-    assert chosen_waiting({}, others_busy=0.9) == {"OMP_WAIT_POLICY": "PASSIVE"}  # shared: sleep at once
-    assert chosen_waiting({"OMP_WAIT_POLICY": "ACTIVE"}, others_busy=0.9) == {}
-    assert chosen_waiting({"GOMP_SPINCOUNT": "300000"}, others_busy=0.0) == {}
-    busy = others_busy_now(0.05)
-    assert busy is None or busy >= 0
 
 
 def _child_env(**wait) -> dict:
@@ -303,23 +291,6 @@ def _child_env(**wait) -> dict:
                "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PPOKIT_SINGLE_PROCESS_PORT")
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     return {**env, **wait}
-
-
-def test_the_wait_is_set_before_torch_loads_and_the_too_late_case_is_said_once():
-    probe = ("import logging, os, sys\nlogging.basicConfig(level=logging.INFO, format='%(message)s')\n"
-             "{first}\nfrom types import SimpleNamespace\nfrom ppokit.training.threads import ThreadPolicy, fit_threads\n"
-             "state = SimpleNamespace(threads=ThreadPolicy('off'))\nfit_threads(state, 'rollout'); fit_threads(state, 'update')\n"
-             "print('WAIT', os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))\n")
-    first = subprocess.run([sys.executable, "-c", probe.format(first="import ppokit, torch")], env=_child_env(),
-                           capture_output=True, text=True, timeout=300)
-    # the machine's load at start picks one of the two (other helpers' tests may be running beside this one)
-    assert first.stdout.strip() in ("WAIT None 1000", "WAIT PASSIVE None"), first.stderr[-2000:]
-    assert "imported before ppokit" not in first.stderr
-    late = subprocess.run([sys.executable, "-c", probe.format(first="import torch, ppokit")], env=_child_env(),
-                          capture_output=True, text=True, timeout=300)
-    assert late.stdout.strip() == "WAIT None None", late.stderr[-2000:]
-    assert late.stderr.count("torch was imported before ppokit") == 1  # once per process, with what still works
-    assert "torch.set_num_threads" in late.stderr and "GOMP_SPINCOUNT=1000 " in late.stderr
 
 
 WEIGHTS_CHILD = """
@@ -336,7 +307,8 @@ print("THREADS", torch.get_num_threads())
 
 
 def test_how_threads_wait_does_not_change_the_bits(tiny_model_dir, tmp_path):
-    """Same count (2), three waits in fresh processes (libgomp reads the wait at load): the same weights."""
+    """Same count (2), three waits in fresh processes (libgomp reads its spin at load; ppokit's governor switches
+    between it and the short one): the same weights."""
     from session_helpers import tiny_overrides
 
     prompts = tmp_path / "p.jsonl"
@@ -344,7 +316,7 @@ def test_how_threads_wait_does_not_change_the_bits(tiny_model_dir, tmp_path):
     reward = tmp_path / "reward.py"
     reward.write_text("def distinct(prompts, responses, **kw):\n    return [float(len(set(r))) for r in responses]\n")
     weights = {}
-    for name, wait in {"ppokit's bounded spin": {}, "spin (libgomp's default)": {"GOMP_SPINCOUNT": "300000"},
+    for name, wait in {"ppokit's governed wait": {}, "spin (libgomp's default)": {"GOMP_SPINCOUNT": "300000"},
                        "passive": {"OMP_WAIT_POLICY": "PASSIVE"}}.items():
         overrides = tiny_overrides(tiny_model_dir, str(prompts), tmp_path / name.split()[0], max_steps=2,
                                    kl_loss_coeff=0.05, reward_functions=f"{reward}:distinct")
