@@ -87,7 +87,7 @@ class IdleTeam:
             torch.get_num_threads()  # torch sets this thread's count at its first call: before ours, not after
             # this thread's own count only: torch.set_num_threads would also change the count new threads start with
             libgomp.omp_set_num_threads(size)
-            torch.empty(size * 65536, device="cpu").fill_(1.0)  # one parallel region of `size` threads (host: OpenMP)
+            torch.empty(size * 65536).fill_(1.0)  # one parallel region of `size` threads (host: OpenMP)
         finally:
             ready.set()
         self._release.wait()

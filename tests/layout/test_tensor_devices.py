@@ -27,6 +27,8 @@ HOST_SIDE = {
     ("ppokit/rollout/vllm_engine.py", "_call_seed"):
         "a draw from the trainer's CPU random stream (the one a checkpoint restores) seeds a vLLM call; it is a "
         "number, never a tensor the model sees",
+    ("ppokit/training/waiting.py", "_hold"):
+        "one parallel region on the host's OpenMP threads (how they wait is the point); never seen by a model",
     ("ppokit/training/ptx.py", "ptx_tensors"):
         "built from token lists on the host; ptx_nll moves them with to_model_device",
 }
