@@ -26,6 +26,7 @@ import torch
 
 from ppokit.rollout.base import WeightSwitch
 from ppokit.training.batch import RolloutBatch
+from ppokit.training.waiting import working_beside
 
 logger = logging.getLogger("ppokit")
 
@@ -206,7 +207,8 @@ def newer_tokens(batch: RolloutBatch) -> dict[str, float]:
 def _in_thread(produce: Callable[[], RolloutBatch], threads: int, switch: WeightSwitch | None) -> RolloutBatch:
     torch.set_num_threads(threads)  # the trainer's count: the same kernels split their work the same way
     try:
-        return produce()
+        with working_beside():  # this thread needs a core the update's idle threads would spin on
+            return produce()
     finally:
         if switch is not None:
             switch.end()  # an offer waiting for this generation applies its weights now

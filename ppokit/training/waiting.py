@@ -21,6 +21,7 @@ libgomp. docs/performance.md has the measurements.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -108,6 +109,9 @@ class WaitGovernor:
         self.cpus, self.sample_s, self.quiet_s = cpus, sample_s, quiet_s
         self.team: IdleTeam | None = None
         self.short_waits = 0  # times the short spin was taken
+        self.beside = 0  # threads of this process working beside the run's team (the asynchronous producer)
+        self._others = 0.0  # the last reading
+        self._deciding = threading.Lock()  # the watcher and a producer thread may both decide
         self._quiet_since: float | None = None
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="ppokit-wait", daemon=True)
@@ -136,6 +140,11 @@ class WaitGovernor:
 
     def observe(self, others: float, now: float) -> None:
         """One reading: `others` cores kept busy by other processes, at time `now` (monotonic seconds)."""
+        with self._deciding:
+            self._others = others
+            self._decide(others + self.beside, now)
+
+    def _decide(self, others: float, now: float) -> None:
         if contended(others, self.cores, self.threads):
             self._quiet_since = None
             if self.team is None and not self._stop.is_set():
@@ -161,6 +170,24 @@ def waiting_lever() -> str:
     if _governor is None:
         return "torch does not run on GNU OpenMP here, so ppokit leaves how its threads wait alone"
     return "idle threads already spin only briefly while other processes want the cores"
+
+
+@contextlib.contextmanager
+def working_beside():
+    """Around work a thread of this process does beside the run's own team (the asynchronous producer's rollout):
+    it needs a core that the team's spinning threads would otherwise take, as a busy neighbour would."""
+    governor = _governor
+    if governor is None:
+        yield
+        return
+    with governor._deciding:
+        governor.beside += 1
+        governor._decide(governor._others + governor.beside, time.monotonic())
+    try:
+        yield
+    finally:
+        with governor._deciding:
+            governor.beside -= 1
 
 
 _governor: WaitGovernor | None = None
