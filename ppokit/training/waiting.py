@@ -13,7 +13,9 @@ So `WaitGovernor` reads /proc/stat every half second and, while other processes 
 threads need, keeps an idle OpenMP team of its own open (a thread that ran one parallel region of more threads
 than the CPUs left, then sleeps): libgomp then manages more threads than CPUs and every idle thread of the process
 spins briefly. When the others have been quiet for two seconds that thread ends, libgomp frees its team, and the
-long spin is back. Nothing here changes what any kernel computes, only how long idle threads spin.
+long spin is back. A thread of this process that works beside the run's team (the asynchronous producer's rollout,
+`working_beside`) counts as one more busy core. Nothing here changes what any kernel computes, only how long idle
+threads spin.
 
 Where the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT the wait is theirs and nothing runs; nor where torch is not on
 libgomp. docs/performance.md has the measurements.
