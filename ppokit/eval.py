@@ -116,6 +116,10 @@ def build_eval_producer(args, records: list[dict]):
 
     seed_everything(args.seed)
     device = choose_device(args, SimpleNamespace(local_rank=0))
+    if device.type == "cpu":
+        from ppokit.training.threads import ThreadPolicy
+
+        ThreadPolicy("off")  # torch's count stays yours; how its idle threads wait follows the load (WaitGovernor)
     param_dtype, compute_dtype = dtype_for(args.bf16, args.fp16, device)
     path = resolve_model_path(args.actor_model_name_or_path)
     tokenizer = load_tokenizer(path)
