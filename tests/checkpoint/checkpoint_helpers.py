@@ -16,7 +16,9 @@ from safetensors.torch import load_file
 REPO = Path(__file__).resolve().parents[2]
 # Variables an in-process Session leaves in os.environ; a child process must pick its own port.
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-VOLATILE = ("timing/", "throughput/", "memory/")  # per-process measurements
+# per-process measurements; async/rows_finished_on_old counts the rows a generation finished after the update offered
+# new weights: how fast the update ran against the generation (docs/async.md), not what either computed
+VOLATILE = ("timing/", "throughput/", "memory/", "async/rows_finished_on_old")
 
 # A deterministic reward (distinct characters, so advantages are not all zero). With PPOKIT_TEST_BLOCK_AT_CALL=N
 # the N-th call writes PPOKIT_TEST_BLOCKED_FILE and waits, so a test can SIGKILL the run at a known point.
