@@ -41,7 +41,14 @@ def config_with_pause(model: str, folder: Path, **extra) -> str:
 
 def start(config: str, *argv: str, **env) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(REPO / "run_ppo.py"), config, *argv], cwd=REPO,
-                            env=child_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=child_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_as_from_a_terminal)
+
+
+def _as_from_a_terminal() -> None:
+    """The run starts with Ctrl-C's default action, as from a terminal: a suite started as a shell's background job
+    (`make test &`, nohup) has SIGINT ignored, the child would inherit that, and Python then keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def signal_at_marker(proc: subprocess.Popen, marker: Path, signum: int, timeout: float = 300) -> tuple[int, str]:
