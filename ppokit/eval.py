@@ -117,9 +117,11 @@ def build_eval_producer(args, records: list[dict]):
     seed_everything(args.seed)
     device = choose_device(args, SimpleNamespace(local_rank=0))
     if device.type == "cpu":
-        from ppokit.training.threads import ThreadPolicy
+        import torch
 
-        ThreadPolicy("off")  # torch's count stays yours; how its idle threads wait follows the load (WaitGovernor)
+        from ppokit.training.waiting import govern_waiting
+
+        govern_waiting(torch.get_num_threads())  # how idle threads wait follows the load; the count stays yours
     param_dtype, compute_dtype = dtype_for(args.bf16, args.fp16, device)
     path = resolve_model_path(args.actor_model_name_or_path)
     tokenizer = load_tokenizer(path)

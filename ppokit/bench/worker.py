@@ -110,16 +110,12 @@ def run_ppokit(spec: dict) -> list[dict]:
 def main(argv: list[str]) -> None:
     spec_path, out_path = argv
     spec = json.loads(open(spec_path).read())
-    from ppokit.training.threads import _cpus, busy_seconds, own_seconds
-    from ppokit.training.waiting import SAMPLE_S
+    from ppokit.training.waiting import SAMPLE_S, govern_waiting, others_between, reading, usable_cpus
 
-    cpus, started = _cpus(), time.monotonic()
-    busy_before, own_before = busy_seconds(cpus), own_seconds()
+    before = reading(usable_cpus())
     torch.manual_seed(0)
     if spec["trainer"] == "ppokit":  # its threads wait as a run's do (the governor) while the peaks are measured too
-        from ppokit.training.threads import ThreadPolicy
-
-        ThreadPolicy("off")
+        govern_waiting(torch.get_num_threads())
         time.sleep(2 * SAMPLE_S)  # the governor's first readings: a neighbour already there is seen
     peaks = matmul_peaks()
     if spec["trainer"] == "ppokit":
@@ -130,9 +126,7 @@ def main(argv: list[str]) -> None:
         steps = run_trl(spec)
     else:
         raise SystemExit(f"unknown trainer {spec['trainer']!r}; expected 'ppokit' or 'trl'")
-    busy_after, own_after = busy_seconds(cpus), own_seconds()
-    others = None if busy_before is None or busy_after is None else max(  # cores other processes kept busy
-        0.0, (busy_after - busy_before) - (own_after - own_before)) / max(time.monotonic() - started, 1e-9)
+    others = others_between(before, reading(usable_cpus()))  # cores other processes kept busy
     out = {"steps": steps, "compute_dtype": spec.get("compute_dtype"), "peak_rss_bytes": peak_rss_bytes(),
            "flop_peaks": peaks, "threads": torch.get_num_threads(), "others_cores": others,
            "wait": {**{k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")},

@@ -38,30 +38,29 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from dataclasses import dataclass
 
 import torch
 
 from ppokit.args import ConfigError
-from ppokit.training.waiting import busy_seconds, contended, govern_waiting, own_seconds, waiting_lever
+from ppokit.training.waiting import (
+    contended,
+    govern_waiting,
+    others_between,
+    reading,
+    usable_cpus,
+    waiting_lever,
+)
 
 ENV = "PPOKIT_THREADS"
 logger = logging.getLogger("ppokit")
-
-
-def _cpus() -> set[int]:
-    try:
-        return set(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return set(range(os.cpu_count() or 1))
 
 
 class ThreadPolicy:
     """Torch's intra-op thread count for a run: fixed (the default, or N), or fitted to the free cores (auto)."""
 
     def __init__(self, mode: str | None = None):
-        self.cpus = _cpus()
+        self.cpus = usable_cpus()
         self.most = torch.get_num_threads()  # torch's default (or OMP_NUM_THREADS): the cores it may use
         mode = (os.environ.get(ENV, "fixed") if mode is None else mode).strip().lower() or "fixed"
         self.fixed: int | None = None
@@ -84,24 +83,22 @@ class ThreadPolicy:
                         "busy machine, but two runs of one seed (or a run and its resume) then differ in the last "
                         "bits. Unset %s for a fixed count", ENV, ENV)
         self._chosen: int | None = None
-        self._mark = self._sample()
+        self._mark = reading(self.cpus)
         self.governor = govern_waiting(self.fixed or torch.get_num_threads(), self.cpus)  # how idle threads wait
         # decoding's own fixed count: only for the default, where ppokit chose the count (N, auto, off: theirs)
         self.decoding = (DecodingThreads(others=self.fixed, decoding=decoding_count(self.fixed))
                          if mode == "fixed" and self.fixed else None)
 
-    def _sample(self) -> tuple[float, float | None, float]:
-        return time.monotonic(), busy_seconds(self.cpus), own_seconds()
-
     def others_since_mark(self) -> float | None:
         """Cores (logical) other processes kept busy since the last reading, steal included; None while the
         window is under 0.5 s (it keeps growing) or /proc/stat cannot be read."""
-        now = self._sample()
-        (t0, busy0, own0), (t1, busy1, own1) = self._mark, now
-        if busy0 is None or busy1 is None or t1 - t0 < 0.5:
+        now = reading(self.cpus)
+        if now[0] - self._mark[0] < 0.5:
             return None
-        self._mark = now
-        return max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
+        others = others_between(self._mark, now)
+        if others is not None:
+            self._mark = now
+        return others
 
     def fit(self) -> int:
         """Set and return the thread count for the next phase (and say once when others slowed this run)."""

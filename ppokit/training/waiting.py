@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import logging
 import os
 import threading
 import time
@@ -36,7 +35,28 @@ USER_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 BUSY_MARGIN = 0.5  # others keep half a core more busy than this run's threads leave free: the cores are contended
 SAMPLE_S = 0.5
 QUIET_S = 2.0  # others quiet this long: the long spin again
-logger = logging.getLogger("ppokit")
+
+
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return set(range(os.cpu_count() or 1))
+
+
+def reading(cpus: set[int]) -> tuple[float, float | None, float]:
+    """(monotonic seconds, busy seconds of `cpus` since boot or None, this process's CPU seconds)."""
+    return time.monotonic(), busy_seconds(cpus), own_seconds()
+
+
+def others_between(before: tuple, after: tuple) -> float | None:
+    """Cores other processes kept busy between two `reading`s (steal included): the cores' busy time minus this
+    process's own CPU time, over the wall time; None where /proc/stat was unreadable or no time passed."""
+    (t0, busy0, own0), (t1, busy1, own1) = before, after
+    if busy0 is None or busy1 is None or t1 <= t0:
+        return None
+    return max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
 
 
 def own_seconds() -> float:
@@ -128,17 +148,13 @@ class WaitGovernor:
             self._watcher.join(timeout=30)
         self._let_go()
 
-    def _reading(self) -> tuple[float, float | None, float]:
-        return time.monotonic(), busy_seconds(self.cpus), own_seconds()
-
     def _watch(self) -> None:
-        before = self._reading()
+        before = reading(self.cpus)
         while not self._stop.wait(self.sample_s):
-            after = self._reading()
-            (t0, busy0, own0), (t1, busy1, own1) = before, after
-            before = after
-            if busy0 is not None and busy1 is not None and t1 > t0:
-                self.observe(max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0), t1)
+            after = reading(self.cpus)
+            others, before = others_between(before, after), after
+            if others is not None:
+                self.observe(others, after[0])
 
     def observe(self, others: float, now: float) -> None:
         """One reading: `others` cores kept busy by other processes, at time `now` (monotonic seconds)."""
@@ -196,7 +212,7 @@ _governor: WaitGovernor | None = None
 _lock = threading.Lock()
 
 
-def govern_waiting(threads: int, cpus: set[int]) -> WaitGovernor | None:
+def govern_waiting(threads: int, cpus: set[int] | None = None) -> WaitGovernor | None:
     """The process's `WaitGovernor`, started at the first call (later calls update its thread count); None where
     the wait is the user's (OMP_WAIT_POLICY or GOMP_SPINCOUNT set) or torch does not run on libgomp."""
     global _governor
@@ -205,7 +221,7 @@ def govern_waiting(threads: int, cpus: set[int]) -> WaitGovernor | None:
             libgomp = None if any(os.environ.get(v) for v in USER_VARIABLES) else torch_libgomp()
             if libgomp is None:
                 return None
-            _governor = WaitGovernor(cpus, threads, libgomp).start()
+            _governor = WaitGovernor(usable_cpus() if cpus is None else cpus, threads, libgomp).start()
         _governor.threads = threads
         return _governor
 

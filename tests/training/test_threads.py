@@ -11,7 +11,9 @@ import torch
 
 from ppokit.args import ConfigError
 from ppokit.training import threads as policy_mod
-from ppokit.training.threads import ThreadPolicy, busy_seconds
+from ppokit.training import waiting as waiting_mod
+from ppokit.training.threads import ThreadPolicy
+from ppokit.training.waiting import busy_seconds
 
 
 class Clock:
@@ -19,9 +21,9 @@ class Clock:
 
     def __init__(self, monkeypatch):
         self.wall, self.busy, self.own = 0.0, 0.0, 0.0
-        monkeypatch.setattr(policy_mod.time, "monotonic", lambda: self.wall)
-        monkeypatch.setattr(policy_mod, "busy_seconds", lambda cpus: self.busy)
-        monkeypatch.setattr(policy_mod, "own_seconds", lambda: self.own)
+        monkeypatch.setattr(waiting_mod.time, "monotonic", lambda: self.wall)
+        monkeypatch.setattr(waiting_mod, "busy_seconds", lambda cpus: self.busy)
+        monkeypatch.setattr(waiting_mod, "own_seconds", lambda: self.own)
 
     def advance(self, seconds: float, ours: float, others: float) -> None:
         """`seconds` of wall time in which we used `ours` cores and other processes `others`."""
@@ -34,7 +36,7 @@ class Clock:
 def four_cores(monkeypatch):
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(policy_mod, "_cpus", lambda: {0, 1, 2, 3})
+    monkeypatch.setattr(policy_mod, "usable_cpus", lambda: {0, 1, 2, 3})
     monkeypatch.setattr(policy_mod, "govern_waiting", lambda threads, cpus: None)  # not this pretend machine's
     torch.set_num_threads(4)
     yield Clock(monkeypatch)
