@@ -18,14 +18,13 @@ with its reason; every count is in the metrics (cpu/rollout_threads, cpu/update_
 
 A `torch.set_num_threads` call of the user's own is kept from then on.
 
-Decoding gets its own fixed count (`DecodingThreads`): a decoding step on a CPU is a few hundred parallel regions
-of a few dozen rows each, too small for a full team, and beside a busy neighbour a team of the machine's size waits
-at each of them for whichever thread the scheduler put aside. So the default decodes on half the run's count (at
-least 1: one thread on a 2-core machine) and runs every other phase on the whole count; both counts are fixed for
-the run, so the bits still repeat, busy or idle. On the 2-core AMX VM of docs/performance.md (sixth pass) that
-costs idle speed (two spinning threads decode ≈ 1.35x faster) and buys the loaded step (beside one busy loop:
-1.2x the idle step against 1.5x with two decoding threads, the same seconds); `PPOKIT_THREADS=N` keeps N for every
-phase.
+Decoding gets its own fixed count (`DecodingThreads`). A synchronous run (the default: staleness_threshold 0)
+decodes on the run's whole count: with the wait following the load (below), two decoding threads on a 2-core
+machine make the idle rollout ≈ 1.35x faster and beside a busy neighbour cost about what one thread would
+(docs/performance.md, seventh pass). An asynchronous run decodes on half its count (at least 1) in the producer, inline
+or in its thread alike, so that the two producers give the same bits: there the decoding thread works beside the
+update's threads, and a full decoding team would take the cores the update waits on. Both counts are fixed for the
+run, so the bits still repeat, busy or idle; `PPOKIT_THREADS=N` keeps N for every phase.
 
 How the threads wait is not the count: `waiting.WaitGovernor` lets libgomp's idle threads spin long while the run
 has its cores and briefly while other processes want them (the same bits, docs/performance.md). Whatever the
@@ -59,7 +58,7 @@ logger = logging.getLogger("ppokit")
 class ThreadPolicy:
     """Torch's intra-op thread count for a run: fixed (the default, or N), or fitted to the free cores (auto)."""
 
-    def __init__(self, mode: str | None = None):
+    def __init__(self, mode: str | None = None, asynchronous: bool = False):
         self.cpus = usable_cpus()
         self.most = torch.get_num_threads()  # torch's default (or OMP_NUM_THREADS): the cores it may use
         mode = (os.environ.get(ENV, "fixed") if mode is None else mode).strip().lower() or "fixed"
@@ -86,7 +85,7 @@ class ThreadPolicy:
         self._mark = reading(self.cpus)
         self.governor = govern_waiting(self.fixed or torch.get_num_threads(), self.cpus)  # how idle threads wait
         # decoding's own fixed count: only for the default, where ppokit chose the count (N, auto, off: theirs)
-        self.decoding = (DecodingThreads(others=self.fixed, decoding=decoding_count(self.fixed))
+        self.decoding = (DecodingThreads(others=self.fixed, decoding=decoding_count(self.fixed, asynchronous))
                          if mode == "fixed" and self.fixed else None)
 
     def others_since_mark(self) -> float | None:
@@ -125,10 +124,10 @@ class ThreadPolicy:
         return threads
 
 
-def decoding_count(threads: int) -> int:
-    """Threads for decoding steps in a run of `threads` threads: half, at least one (docs/performance.md measured
-    2 -> 1 on a 2-core VM: unslowed beside a busy neighbour, ≈ 1.35x slower idle; larger counts are not measured)."""
-    return max(1, threads // 2)
+def decoding_count(threads: int, asynchronous: bool = False) -> int:
+    """Threads for decoding steps in a run of `threads` threads: all of them in a synchronous run, half (at least
+    one) in an asynchronous one, whose producer decodes beside the update (docs/performance.md, seventh pass)."""
+    return max(1, threads // 2) if asynchronous else threads
 
 
 @dataclass(frozen=True)
@@ -186,13 +185,18 @@ def fit_threads(state, phase: str) -> dict[str, float]:
 
 
 def say_counts_once(policy: ThreadPolicy) -> None:
-    """The default's two counts, once per run, at its first phase that sets them."""
+    """The default's counts, once per run, at its first phase that sets them."""
     counts = policy.decoding
-    if policy.counts_said or counts.decoding == counts.others or counts.now() != counts.decoding:
+    if policy.counts_said or counts.now() != counts.decoding:
         return
     policy.counts_said = True
-    logger.info("CPU threads: %d for decoding, %d for everything else, fixed for the run so that it repeats to the "
-                "bit (%s=N sets N for every phase)", counts.decoding, counts.others, ENV)
+    if counts.decoding == counts.others:
+        logger.info("CPU threads: %d for every phase, fixed for the run so that it repeats to the bit (%s=N sets N)",
+                    counts.others, ENV)
+        return
+    logger.info("CPU threads: %d for decoding (beside the update: asynchronous rollouts), %d for everything else, "
+                "fixed for the run so that it repeats to the bit (%s=N sets N for every phase)", counts.decoding,
+                counts.others, ENV)
 
 
 def decoding_threads(producer):

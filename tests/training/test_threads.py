@@ -111,12 +111,18 @@ def test_explicit_choices_win(four_cores, monkeypatch):
         ThreadPolicy("many")
 
 
-def test_decoding_runs_on_half_the_fixed_count_and_every_other_phase_on_all_of_it(four_cores, monkeypatch):
+def test_decoding_runs_on_half_the_fixed_count_beside_the_update_and_every_other_phase_on_all_of_it(four_cores,
+                                                                                                    monkeypatch):
     import threading
 
     monkeypatch.delenv("PPOKIT_THREADS", raising=False)
-    assert [policy_mod.decoding_count(n) for n in (1, 2, 3, 4, 16)] == [1, 1, 1, 2, 8]
-    counts = ThreadPolicy().decoding
+    assert [policy_mod.decoding_count(n, asynchronous=True) for n in (1, 2, 3, 4, 16)] == [1, 1, 1, 2, 8]
+    assert [policy_mod.decoding_count(n) for n in (1, 2, 3, 4, 16)] == [1, 2, 3, 4, 16]  # synchronous: all of them
+    synchronous = ThreadPolicy().decoding
+    assert (synchronous.others, synchronous.decoding) == (4, 4)
+    with synchronous.around_decoding():
+        assert torch.get_num_threads() == 4
+    counts = ThreadPolicy(asynchronous=True).decoding
     assert (counts.others, counts.decoding) == (4, 2)
     with counts.around_decoding():
         assert torch.get_num_threads() == 2
@@ -140,11 +146,11 @@ def test_decoding_runs_on_half_the_fixed_count_and_every_other_phase_on_all_of_i
         assert ThreadPolicy(mine).decoding is None
 
 
-@pytest.mark.parametrize("producer", ["inline", "thread"])
-def test_a_run_decodes_on_half_its_threads_on_either_side_of_the_seam(tiny_model_dir, tmp_path, monkeypatch, producer,
-                                                                     caplog):
-    """The default policy on 2 threads: every generation (rollouts and evaluation) runs on 1, in the inline producer
-    and in the producer thread alike (else the two would part in their bits), every other phase on 2."""
+@pytest.mark.parametrize("producer", ["synchronous", "inline", "thread"])
+def test_a_run_decodes_on_all_its_threads_or_half_beside_the_update(tiny_model_dir, tmp_path, monkeypatch, producer,
+                                                                    caplog):
+    """The default policy on 2 threads: a synchronous run generates on both; an asynchronous one on 1, in the inline producer and in the producer thread alike (else the two would part in their bits); every
+    other phase on 2. The console says the counts once."""
     from session_helpers import distinct_chars, tiny_overrides
 
     import ppokit.rollout.agent_loop as agent_loop
@@ -157,23 +163,30 @@ def test_a_run_decodes_on_half_its_threads_on_either_side_of_the_seam(tiny_model
     monkeypatch.setattr(agent_loop, "rollout", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
+    pipeline = ({"staleness_threshold": 0} if producer == "synchronous"
+                else {"staleness_threshold": 1, "async_producer": producer})
     try:
         prompts = tmp_path / "p.jsonl"
         prompts.write_text("".join(json.dumps({"prompt": f"say a {i}:"}) + "\n" for i in range(8)))
         s = Session(load_arguments(None, overrides=tiny_overrides(
-            tiny_model_dir, str(prompts), tmp_path, max_steps=3, staleness_threshold=1, async_producer=producer,
-            eval_datasets=str(prompts), do_eval=True, eval_steps=2)), reward_functions=[distinct_chars])
+            tiny_model_dir, str(prompts), tmp_path, max_steps=3, eval_datasets=str(prompts), do_eval=True,
+            eval_steps=2, **pipeline)), reward_functions=[distinct_chars])
         with caplog.at_level(logging.INFO, logger="ppokit"):
-            updates = [s.step()["cpu/update_threads"] for _ in range(3)]
+            steps = [s.step() for _ in range(3)]
         s.close()
         after = torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
-    assert len(seen) >= 4 and set(seen) == {1}  # 3 rollouts (+1 queued) and the evaluation at step 2
-    assert updates == [2.0] * 3 and after == 2
+    decoding = 2 if producer == "synchronous" else 1
+    assert len(seen) >= 3 and set(seen) == {decoding}  # 3 rollouts (+1 queued when asynchronous)
+    assert [m["cpu/update_threads"] for m in steps] == [2.0] * 3 and after == 2
+    if producer == "synchronous":
+        assert [m["cpu/rollout_threads"] for m in steps] == [2.0] * 3
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("CPU threads")]
-    assert said == ["CPU threads: 1 for decoding, 2 for everything else, fixed for the run so that it repeats to the "
-                    "bit (PPOKIT_THREADS=N sets N for every phase)"]
+    assert said == (["CPU threads: 2 for every phase, fixed for the run so that it repeats to the bit "
+                     "(PPOKIT_THREADS=N sets N)"] if producer == "synchronous" else
+                    ["CPU threads: 1 for decoding (beside the update: asynchronous rollouts), 2 for everything else, "
+                     "fixed for the run so that it repeats to the bit (PPOKIT_THREADS=N sets N for every phase)"])
 
 
 def test_busy_seconds_reads_this_machine():
@@ -254,8 +267,8 @@ def test_the_default_run_beside_a_busy_neighbour_resumes_to_the_bits_of_the_idle
             k: v for k, v in theirs.items() if not k.startswith(volatile)}
     # The tiny model's bits happen not to depend on the thread count, so the counts are what tells the default from
     # auto here (with PPOKIT_THREADS=auto this line fails: 1 thread beside the neighbour, torch's default 2 idle).
-    # Decoding runs on half the count (1 of 2), every other phase on the whole count, idle or busy.
-    assert first["cpu/rollout_threads"] == idle_metrics[0]["cpu/rollout_threads"] == 1
+    # A synchronous run decodes on the whole count too (2 of 2), idle or busy.
+    assert first["cpu/rollout_threads"] == idle_metrics[0]["cpu/rollout_threads"] == 2
     assert first["cpu/update_threads"] == second["cpu/update_threads"] == idle_metrics[0]["cpu/update_threads"] == 2
 
 
