@@ -21,6 +21,13 @@ def test_an_async_side_three_times_faster_is_not_a_fair_comparison():
            "0.25x; the two sides did not run under the same conditions" in text
 
 
+def test_a_slower_async_side_is_said_to_share_the_cores_and_decode_on_fewer_threads():
+    text = compute_check(steps(2.0, 6.0), steps(3.0, 6.2)).splitlines()[-1]
+    assert "asynchronous/synchronous rollout compute 1.5x; the asynchronous side's phases ran beside each other on " \
+           "the same cores" in text
+    assert "decodes on half the run's threads by default" in text
+
+
 def test_a_timeline_clock_runs_only_during_its_own_steps(monkeypatch):
     """Two sides' steps taken in turn: each timeline counts its own steps, not the other side's in between
     (a fake clock: the seconds are hand-set, not measured)."""
