@@ -146,10 +146,13 @@ def skinny_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def skinny_linears(model):
-    """Every `nn.Linear` of `model` computes through `skinny_linear` inside the block (CPU float32 only:
-    elsewhere the vendor's GEMM is left alone)."""
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)
-               and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32]
+    """Every `nn.Linear` of `model` computes through `skinny_linear` inside the block where its products run in
+    float32 on a CPU (float32 weights, no bf16/fp16 autocast), which MKL's float32 kernels gain from; elsewhere the
+    vendor's GEMM is left alone. Under CPU autocast oneDNN's bf16 kernels run `F.linear` as fast on one thread and
+    4-17 % faster on two (docs/performance.md, seventh pass)."""
+    lower = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != torch.float32
+    linears = [] if lower else [m for m in model.modules() if isinstance(m, torch.nn.Linear)
+                                and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32]
     own = {m: m.__dict__.get("forward") for m in linears}  # an instance-level forward someone else set
     for m in linears:
         m.forward = functools.partial(skinny_linear, m)

@@ -151,6 +151,10 @@ def test_skinny_linears_apply_inside_the_block_only():
     with skinny_linears(model):
         assert layer.forward.func is skinny_linear
     assert "forward" not in layer.__dict__  # the class's forward again
+    with torch.autocast("cpu", dtype=torch.bfloat16), skinny_linears(model):  # bf16 products: oneDNN's F.linear
+        assert "forward" not in layer.__dict__
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False), skinny_linears(model):
+        assert layer.forward.func is skinny_linear
 
 
 @pytest.mark.parametrize("q_len", [1, 5])
