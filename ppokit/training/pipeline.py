@@ -54,6 +54,11 @@ class RolloutPipeline:
     partial_rollout (threaded, on an engine that takes a `WeightSwitch`): what the rows in flight do when the
     update's weights arrive — finish on the old weights (counted) or switch to the new ones between two tokens
     (at token `switch_token` of each decoding batch, else as soon as they are ready).
+    generation_first (the hf engine, which generates on the trainer's own device, rows finishing on their weights):
+    the step's update starts once the worker's first generation returned, so on one device the generation has the
+    cores to itself and what overlaps the update is the producer's waiting (a remote reward, a judge, a tool):
+    the step is rollout + max(update, waiting), where sharing the cores made it about the synchronous sum
+    (docs/async.md).
     """
 
     def __init__(self, staleness: int, threaded: bool = False, partial_rollout: str = "finish",
@@ -68,6 +73,7 @@ class RolloutPipeline:
         self._abandoned = None  # a batch left in the worker by a stop signal (`abandon`), never used
         self.partial_rollout, self.switch_token = partial_rollout, switch_token
         self.switch: WeightSwitch | None = None  # set by `threaded_engine` when the engine takes one
+        self.generation_first = False  # set by `threaded_engine` for an engine on the trainer's device
 
     def next_batch(self, produce: Callable[[], RolloutBatch], pull: Callable[[], int] | None = None) -> RolloutBatch:
         """Fill the queue up to batch `consumed + k` with `produce` (the current weights), then hand out the oldest.
@@ -89,7 +95,11 @@ class RolloutPipeline:
             self._pool = self._pool or DaemonWorker("ppokit-rollout")
             if self.switch is not None:
                 self.switch.begin()  # before the worker starts: an offer from now on meets a generation in flight
-            self._pending = self._pool.submit(_in_thread, produce, threads, self.switch)
+            generated = threading.Event()
+            self._pending = self._pool.submit(_in_thread, produce, threads, self.switch, generated)
+            self._pending.add_done_callback(lambda _: generated.set())  # an error before generating, too
+            if self.generation_first:
+                generated.wait()
         self.consumed += 1
         return self.queue.popleft()
 
@@ -204,12 +214,18 @@ def newer_tokens(batch: RolloutBatch) -> dict[str, float]:
     return {"async/tokens_from_newer": float((newer * batch.loss_mask).sum() / batch.loss_mask.sum().clamp_min(1))}
 
 
-def _in_thread(produce: Callable[[], RolloutBatch], threads: int, switch: WeightSwitch | None) -> RolloutBatch:
+_worker = threading.local()  # the worker thread's `generated` event: set when its first generation returns
+
+
+def _in_thread(produce: Callable[[], RolloutBatch], threads: int, switch: WeightSwitch | None,
+               generated: threading.Event | None = None) -> RolloutBatch:
     torch.set_num_threads(threads)  # the trainer's count: the same kernels split their work the same way
+    _worker.generated = generated
     try:
         with working_beside():  # this thread needs a core the update's idle threads would spin on
             return produce()
     finally:
+        _worker.generated = None
         if switch is not None:
             switch.end()  # an offer waiting for this generation applies its weights now
 
@@ -222,7 +238,11 @@ class WaitingEngine:
         self.engine, self.pipeline = engine, pipeline
 
     def generate(self, prompt_token_ids, sampling):
-        return self.engine.generate(prompt_token_ids, sampling)
+        out = self.engine.generate(prompt_token_ids, sampling)
+        generated = getattr(_worker, "generated", None)
+        if generated is not None:  # the worker's generation: the learner may start its update (generation_first)
+            generated.set()
+        return out
 
     def update_weights(self, model) -> None:
         if self.pipeline.switch is not None:  # into the generation in flight, or once it finished
@@ -242,6 +262,9 @@ def threaded_engine(engine, model, pipeline: RolloutPipeline):
     if hasattr(engine, "attach_switch"):  # the hf engine: its own copy, weights taken between tokens
         pipeline.switch = WeightSwitch(pipeline.partial_rollout, pipeline.switch_token)
         engine.attach_switch(pipeline.switch)
+        # on the trainer's own device: the generation first, the update beside the producer's waiting (rows that
+        # switch weights between tokens need the update to run during the generation)
+        pipeline.generation_first = pipeline.partial_rollout == "finish"
     elif pipeline.partial_rollout == "switch":
         from ppokit.errors import PpokitError
 
