@@ -23,9 +23,9 @@ def test_an_async_side_three_times_faster_is_not_a_fair_comparison():
 
 def test_a_slower_async_side_is_said_to_share_the_cores_and_decode_on_fewer_threads():
     text = compute_check(steps(2.0, 6.0), steps(3.0, 6.2)).splitlines()[-1]
-    assert "asynchronous/synchronous rollout compute 1.5x; the asynchronous side's phases ran beside each other on " \
-           "the same cores" in text
-    assert "decodes on half the run's threads by default" in text
+    assert "asynchronous/synchronous rollout compute 1.5x; the asynchronous side's phases shared the cores with " \
+           "each other" in text
+    assert "its producer decoded on half the run's threads (an asynchronous run's default" in text
 
 
 def test_a_timeline_clock_runs_only_during_its_own_steps(monkeypatch):
