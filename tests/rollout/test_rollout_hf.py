@@ -165,12 +165,14 @@ def test_the_own_copy_casts_each_weight_to_bf16_once_per_generate_call():
     engine.use_own_copy()
     weight = engine.generation_model.model.layers[0].mlp.up_proj.weight
     shape = list(weight.shape)
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, record_function("this thread"):
         out = engine.generate([PROMPTS[0]], SamplingParams(n=2, max_new_tokens=8, min_new_tokens=8, temperature=1.0))
     assert len(out.response_ids[0]) == 8
-    casts = [e for e in prof.events() if e.name == "aten::_to_copy" and e.input_shapes and e.input_shapes[0] == shape]
+    mine = next(e.thread for e in prof.events() if e.name == "this thread")  # not a thread an earlier test left running
+    casts = [e for e in prof.events() if e.name == "aten::_to_copy" and e.thread == mine and e.input_shapes
+             and e.input_shapes[0] == shape]
     alike = [p for p in engine.generation_model.parameters() if list(p.shape) == shape]  # up and gate, per layer
     assert len(casts) == len(alike) >= 1  # once each (a frozen copy: once each per token)
     assert all(p.grad is None for p in engine.generation_model.parameters())
