@@ -95,10 +95,10 @@ class RolloutPipeline:
             self._pool = self._pool or DaemonWorker("ppokit-rollout")
             if self.switch is not None:
                 self.switch.begin()  # before the worker starts: an offer from now on meets a generation in flight
-            generated = threading.Event()
+            generated = threading.Event() if self.generation_first else None
             self._pending = self._pool.submit(_in_thread, produce, threads, self.switch, generated)
-            self._pending.add_done_callback(lambda _: generated.set())  # an error before generating, too
-            if self.generation_first:
+            if generated is not None:
+                self._pending.add_done_callback(lambda _: generated.set())  # an error before generating, too
                 generated.wait()
         self.consumed += 1
         return self.queue.popleft()
