@@ -10,15 +10,18 @@ needed, so at most one chunk's (chunk x V) logits exist at once, in forward and 
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from ppokit.algos.head_logprobs import head_logprobs
 from ppokit.algos.logprobs import _chunk_entropy, _chunk_logprobs, _chunk_logprobs_entropy
 from ppokit.models.loading import KNOWN_DECODER_TYPES, autocast_context
 
 # config attributes of families whose forward changes the logits after the head (soft-capping, scaling)
 _AFTER_HEAD = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+_workspaces = threading.local()  # each thread's kept logits buffer (head_logprobs' workspace)
 
 
 def split_head(model):
@@ -50,6 +53,13 @@ def head_skipped(head):
         del head.forward
 
 
+def fusable(head, entropy: str) -> bool:
+    """Whether `head` runs as one fused product + log-softmax (`algos.head_logprobs`): a plain bias-free Linear
+    with no hooks (ZeRO-3's gather, a user's) and no adapter, and an entropy without gradient."""
+    return (type(head) is torch.nn.Linear and head.bias is None and entropy in ("none", "detached")
+            and not (head._forward_hooks or head._forward_pre_hooks or hasattr(head.weight, "ds_id")))
+
+
 def _identity(x, *args, **kwargs):
     return x
 
@@ -64,6 +74,12 @@ def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, chun
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if fusable(head, entropy):
+        if not hasattr(_workspaces, "logits"):
+            _workspaces.logits = {}
+        logp, ent = head_logprobs(hidden[0], head.weight, labels[0].clamp_min(0).long(), temperature,
+                                  entropy == "detached", compute_dtype, chunk_size, _workspaces.logits)
+        return logp[None].masked_fill(labels < 0, 0.0), None if ent is None else ent[None]
     needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
 
     def one(h, y):

@@ -1,0 +1,119 @@
+"""Log-probs of labels under softmax(hidden @ Wᵀ / t), the LM head's product and the vocabulary-wide work in one
+autograd function, with a logged (gradient-free) entropy.
+
+The general path (`training/lm_head.py`) runs the head module under activation checkpointing and autocast: per
+chunk it casts W to the compute dtype twice (forward and recompute), upcasts the (C, V) logits twice, and builds
+(C, V) float32 temporaries for the logsumexp and the gradient. With a 49k vocabulary each of those is 60-200 MB —
+above glibc's 32 MB mmap threshold, so every one is a fresh mapping the kernel faults in and zeroes: ≈ 450,000 page
+faults and a fifth of an update's wall time (docs/performance.md, "Eighth pass"). Here:
+
+- W is cast once per call (every chunk of a micro-batch shares it) and the cast is saved for backward;
+- the (C, V) logits go into a buffer the caller keeps (`out`), and backward recomputes them into it and overwrites
+  them, block by block, with their own gradient, so no (C, V) float32 tensor ever exists;
+- the vocabulary-wide float32 work runs `block_rows(V)` rows at a time (≤ 16 MB: glibc hands the same memory back).
+
+Per row the operations are those of the general path (`logprobs._PickedMinusLogsumexp`, the same products), so the
+values and gradients are the same numbers (tests/algos/test_head_logprobs.py compares them bit for bit).
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK_BYTES = 16 * 2**20
+
+
+def block_rows(vocab: int) -> int:
+    """Rows of float32 (rows, vocab) temporaries that fit in BLOCK_BYTES (at least 1)."""
+    return max(1, BLOCK_BYTES // (4 * vocab))
+
+
+def _scaled(logits_rows: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(rows, V) float32 logits_rows / temperature (logits_rows itself when float32 and t = 1: read only)."""
+    x = logits_rows.float()
+    return x / temperature if temperature != 1.0 else x
+
+
+class _HeadLogprobs(torch.autograd.Function):
+    """(log-probs (N,), entropies (N,) or None) of labels (N,) under softmax(hidden @ weightᵀ / t).
+
+    hidden: (N, H) in the compute dtype; weight: (V, H) the parameter; cast: weight in the compute dtype (no grad);
+    out: a (N, V) compute-dtype buffer for the logits (overwritten, in forward and in backward).
+    Gradients flow to hidden and weight (in weight's dtype); the entropy has none.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, cast, labels, temperature, with_entropy, out):
+        logits = torch.mm(hidden, cast.t(), out=out)
+        n, vocab = logits.shape
+        logp = logits.new_empty(n, dtype=torch.float32)
+        lse = logits.new_empty(n, dtype=torch.float32)
+        entropy = logits.new_empty(n, dtype=torch.float32) if with_entropy else None
+        step = block_rows(vocab)
+        for s in range(0, n, step):
+            x = _scaled(logits[s : s + step], temperature)
+            lse[s : s + step] = torch.logsumexp(x, dim=-1)
+            block_lse = lse[s : s + step]
+            logp[s : s + step] = x.gather(-1, labels[s : s + step, None]).squeeze(-1) - block_lse
+            if with_entropy:
+                entropy[s : s + step] = block_lse - (x - block_lse[:, None]).exp_().mul_(x).sum(-1)
+        ctx.save_for_backward(hidden, cast, labels, lse)
+        ctx.temperature, ctx.out, ctx.weight_dtype = temperature, out, weight.dtype
+        ctx.mark_non_differentiable(*(() if entropy is None else (entropy,)))
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, _grad_entropy):
+        hidden, cast, labels, lse = ctx.saved_tensors
+        t = ctx.temperature
+        logits = torch.mm(hidden, cast.t(), out=ctx.out)  # the forward's logits again
+        step = block_rows(logits.shape[1])
+        for s in range(0, logits.shape[0], step):
+            g = grad_logp[s : s + step, None]
+            # d(x[label] - logsumexp x)/dx = onehot - softmax(x), then / t for x = logits / t
+            grad_x = (_scaled(logits[s : s + step], t) - lse[s : s + step, None]).exp_().mul_(-g)
+            grad_x.scatter_add_(-1, labels[s : s + step, None], g)
+            logits[s : s + step] = grad_x / t if t != 1.0 else grad_x
+        grad_hidden = torch.mm(logits, cast) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.mm(logits.t(), hidden).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
+        ctx.out = None
+        return grad_hidden, grad_weight, None, None, None, None, None
+
+
+def head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
+                  entropy: bool = False, compute_dtype: torch.dtype | None = None, chunk_size: int = 1024,
+                  workspace: dict | None = None):
+    """(log-probs (N,), entropies (N,) or None) of labels (N,) (>= 0) under softmax(hidden @ weightᵀ / temperature).
+
+    hidden: (N, H), weight: (V, H) (an LM head's weight, no bias). Products in `compute_dtype` (None: weight's),
+    the softmax in float32; `chunk_size` rows of logits at a time. `workspace` (a dict the caller keeps) holds the
+    logits buffer between calls, so its memory is not mapped afresh each time. Differentiable in hidden and weight;
+    the entropy is detached (for logging).
+    """
+    dtype = compute_dtype or weight.dtype
+    with torch.autocast(hidden.device.type, enabled=False):
+        cast = weight.detach().to(dtype)
+        h = hidden.to(dtype)
+        pieces = []
+        for s in range(0, h.shape[0], chunk_size):
+            rows = h[s : s + chunk_size]
+            out = logits_buffer(workspace, rows.shape[0], weight.shape[0], dtype, h.device)
+            pieces.append(_HeadLogprobs.apply(rows, weight, cast, labels[s : s + chunk_size], temperature, entropy,
+                                              out))
+    if not pieces:
+        empty = hidden.new_zeros(labels.shape, dtype=torch.float32)
+        return empty, (empty.clone() if entropy else None)
+    logp = torch.cat([p[0] for p in pieces])
+    return logp, (torch.cat([p[1] for p in pieces]) if entropy else None)
+
+
+def logits_buffer(workspace: dict | None, rows: int, vocab: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A (rows, vocab) tensor of `dtype` on `device`: a view of the workspace's kept buffer (grown when too small),
+    or a new tensor without a workspace."""
+    if workspace is None:
+        return torch.empty(rows, vocab, dtype=dtype, device=device)
+    key = (dtype, torch.device(device))
+    flat = workspace.get(key)
+    if flat is None or flat.numel() < rows * vocab:
+        flat = workspace[key] = torch.empty(rows * vocab, dtype=dtype, device=device)
+    return flat[: rows * vocab].view(rows, vocab)
