@@ -97,7 +97,7 @@ def head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tens
         pieces = []
         for s in range(0, h.shape[0], chunk_size):
             rows = h[s : s + chunk_size]
-            out = logits_buffer(workspace, rows.shape[0], weight.shape[0], dtype, h.device)
+            out = logits_buffer(workspace, rows.shape[0], weight.shape[0], rows)
             pieces.append(_HeadLogprobs.apply(rows, weight, cast, labels[s : s + chunk_size], temperature, entropy,
                                               out))
     if not pieces:
@@ -107,13 +107,13 @@ def head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tens
     return logp, (torch.cat([p[1] for p in pieces]) if entropy else None)
 
 
-def logits_buffer(workspace: dict | None, rows: int, vocab: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """A (rows, vocab) tensor of `dtype` on `device`: a view of the workspace's kept buffer (grown when too small),
-    or a new tensor without a workspace."""
+def logits_buffer(workspace: dict | None, rows: int, vocab: int, like: torch.Tensor) -> torch.Tensor:
+    """A (rows, vocab) tensor of `like`'s dtype and device: a view of the workspace's kept buffer (grown when too
+    small), or a new tensor without a workspace."""
     if workspace is None:
-        return torch.empty(rows, vocab, dtype=dtype, device=device)
-    key = (dtype, torch.device(device))
+        return like.new_empty(rows, vocab)
+    key = (like.dtype, like.device)
     flat = workspace.get(key)
     if flat is None or flat.numel() < rows * vocab:
-        flat = workspace[key] = torch.empty(rows * vocab, dtype=dtype, device=device)
+        flat = workspace[key] = like.new_empty(rows * vocab)
     return flat[: rows * vocab].view(rows, vocab)

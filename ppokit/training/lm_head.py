@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -21,7 +22,9 @@ from ppokit.models.loading import KNOWN_DECODER_TYPES, autocast_context
 
 # config attributes of families whose forward changes the logits after the head (soft-capping, scaling)
 _AFTER_HEAD = ("final_logit_softcapping", "logit_scale", "logits_scaling")
-_workspaces = threading.local()  # each thread's kept logits buffer (head_logprobs' workspace)
+# head module -> {thread: its kept logits buffers} (head_logprobs' workspace): freed with the model, never shared
+# between threads
+_workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def split_head(model):
@@ -75,10 +78,9 @@ def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, chun
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if fusable(head, entropy):
-        if not hasattr(_workspaces, "logits"):
-            _workspaces.logits = {}
+        workspace = _workspaces.setdefault(head, {}).setdefault(threading.get_ident(), {})
         logp, ent = head_logprobs(hidden[0], head.weight, labels[0].clamp_min(0).long(), temperature,
-                                  entropy == "detached", compute_dtype, chunk_size, _workspaces.logits)
+                                  entropy == "detached", compute_dtype, chunk_size, workspace)
         return logp[None].masked_fill(labels < 0, 0.0), None if ent is None else ent[None]
     needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
 
