@@ -21,6 +21,7 @@ from ppokit.data import PromptLoader, choose_chat_template
 from ppokit.rollout import RolloutEngine
 from ppokit.tracking.console import quiet_hf_progress, set_quiet, stage
 from ppokit.training.engine_setup import choose_device, seed_everything, train_engine, zero_options
+from ppokit.training.heap import keep_freed_memory
 from ppokit.training.model_setup import add_stop_token, configure_model
 from ppokit.training.normalize import RunningNormalizer
 from ppokit.training.run_paths import check_run_paths
@@ -68,6 +69,7 @@ def load_actor(args, dist, plan, model=None, tokenizer=None) -> Actor:
     )
 
     device = choose_device(args, dist)
+    keep_freed_memory(device)  # a CPU run's freed memory stays in glibc's heap for the next micro-batch (heap.py)
     param_dtype, compute_dtype = dtype_for(args.bf16, args.fp16, device)
     lora = LoraSpec(rank=args.lora_rank, alpha=args.lora_alpha, dropout=args.lora_dropout) if args.lora_rank > 0 else None
     path = None
