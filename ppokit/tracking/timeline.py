@@ -207,8 +207,8 @@ def compute_check(sync: list[dict], asynchronous: list[dict], noise: float = COM
         return "\n".join(lines)
     said = ", ".join(f"{label} {ratio:.2g}x" for label, ratio in differ)
     why = ("the asynchronous side's phases shared the cores with each other (overlap's price on one device), or, on a "
-           "CPU with partial_rollout: switch, its producer decoded on half the run's threads (beside the update; "
-           "otherwise both sides decode on all of them: docs/performance.md)"
+           "CPU, its producer decoded on half the run's threads (an asynchronous run's default; the synchronous side "
+           "decodes on all of them: docs/performance.md)"
            if all(r > 1 for _, r in differ) else
            "the two sides did not run under the same conditions (load, threads): the wall-time gap is not overlap "
            "alone")

@@ -236,8 +236,7 @@ def build_sides(args, model=None, tokenizer=None, reward_functions=None) -> tupl
     _ensure_log_handler()  # a Session outside run_ppo.py (a notebook, a script) says its notes as "ppokit: ..." too
     check_hub_datasets(args)  # before minutes of model loading
     check_run_paths(args, actor_given=model is not None)  # every path written or read, one sentence each
-    # counts other processes' CPU use from here on; rows that switch weights mid-generation decode beside the update
-    threads = ThreadPolicy(decoding_beside_update=args.staleness_threshold > 0 and args.partial_rollout == "switch")
+    threads = ThreadPolicy(asynchronous=args.staleness_threshold > 0)  # counts other processes' CPU use from here on
     # log_level: debug shows DeepSpeed's config and start-up output; passive (the default) means info
     logger.setLevel("INFO" if args.log_level == "passive" else args.log_level.upper())
     with stage("starting the process group (DeepSpeed)"):

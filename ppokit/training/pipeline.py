@@ -14,7 +14,6 @@ Also here: `DriftWatch`, the console's one warning when the rollout-vs-trainer l
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
@@ -221,13 +220,11 @@ _worker = threading.local()  # the worker thread's `generated` event: set when i
 def _in_thread(produce: Callable[[], RolloutBatch], threads: int, switch: WeightSwitch | None,
                generated: threading.Event | None = None) -> RolloutBatch:
     torch.set_num_threads(threads)  # the trainer's count: the same kernels split their work the same way
-    _worker.generated, _worker.beside = generated, contextlib.ExitStack()
+    _worker.generated = generated
     try:
-        if generated is None:  # this thread needs a core the update's idle threads would spin on, from the start
-            _worker.beside.enter_context(working_beside())
-        return produce()
+        with working_beside():  # this thread needs a core the update's idle threads would spin on
+            return produce()
     finally:
-        _worker.beside.close()
         _worker.generated = None
         if switch is not None:
             switch.end()  # an offer waiting for this generation applies its weights now
@@ -243,10 +240,7 @@ class WaitingEngine:
     def generate(self, prompt_token_ids, sampling):
         out = self.engine.generate(prompt_token_ids, sampling)
         generated = getattr(_worker, "generated", None)
-        if generated is not None and not generated.is_set():
-            # the worker's first generation ran alone; the learner starts its update now (generation_first), and
-            # what this thread does from here on runs beside it
-            _worker.beside.enter_context(working_beside())
+        if generated is not None:  # the worker's generation: the learner may start its update (generation_first)
             generated.set()
         return out
 

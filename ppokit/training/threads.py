@@ -21,13 +21,10 @@ A `torch.set_num_threads` call of the user's own is kept from then on.
 Decoding gets its own fixed count (`DecodingThreads`). A synchronous run (the default: staleness_threshold 0)
 decodes on the run's whole count: with the wait following the load (below), two decoding threads on a 2-core
 machine make the idle rollout ≈ 1.35x faster and beside a busy neighbour cost about what one thread would
-(docs/performance.md, seventh pass). So does an asynchronous run whose rows finish on the weights they started with
-(`partial_rollout: finish`, the default): its producer generates first, alone, and the update runs beside what
-follows (scoring, a remote reward's wait; docs/async.md), inline producer and thread alike, so the two give the same
-bits. Only a run whose generation runs beside the update (`partial_rollout: switch`) decodes on half its count (at
-least 1): there a full decoding team would take the cores the update waits on (docs/performance.md, eighth pass).
-Both counts are fixed for the run, so the bits still repeat, busy or idle; `PPOKIT_THREADS=N` keeps N for every
-phase.
+(docs/performance.md, seventh pass). An asynchronous run decodes on half its count (at least 1) in the producer, inline
+or in its thread alike, so that the two producers give the same bits: there the decoding thread works beside the
+update's threads, and a full decoding team would take the cores the update waits on. Both counts are fixed for the
+run, so the bits still repeat, busy or idle; `PPOKIT_THREADS=N` keeps N for every phase.
 
 How the threads wait is not the count: `waiting.WaitGovernor` lets libgomp's idle threads spin long while the run
 has its cores and briefly while other processes want them (the same bits, docs/performance.md). Whatever the
@@ -61,7 +58,7 @@ logger = logging.getLogger("ppokit")
 class ThreadPolicy:
     """Torch's intra-op thread count for a run: fixed (the default, or N), or fitted to the free cores (auto)."""
 
-    def __init__(self, mode: str | None = None, decoding_beside_update: bool = False):
+    def __init__(self, mode: str | None = None, asynchronous: bool = False):
         self.cpus = usable_cpus()
         self.most = torch.get_num_threads()  # torch's default (or OMP_NUM_THREADS): the cores it may use
         mode = (os.environ.get(ENV, "fixed") if mode is None else mode).strip().lower() or "fixed"
@@ -88,7 +85,7 @@ class ThreadPolicy:
         self._mark = reading(self.cpus)
         self.governor = govern_waiting(self.fixed or torch.get_num_threads(), self.cpus)  # how idle threads wait
         # decoding's own fixed count: only for the default, where ppokit chose the count (N, auto, off: theirs)
-        self.decoding = (DecodingThreads(others=self.fixed, decoding=decoding_count(self.fixed, decoding_beside_update))
+        self.decoding = (DecodingThreads(others=self.fixed, decoding=decoding_count(self.fixed, asynchronous))
                          if mode == "fixed" and self.fixed else None)
 
     def others_since_mark(self) -> float | None:
@@ -127,11 +124,10 @@ class ThreadPolicy:
         return threads
 
 
-def decoding_count(threads: int, beside_update: bool = False) -> int:
-    """Threads for decoding steps in a run of `threads` threads: all of them where decoding has the cores to itself
-    (a synchronous run, or an asynchronous one whose producer generates first), half (at least one) where the
-    producer decodes beside the update (`partial_rollout: switch`; docs/performance.md, eighth pass)."""
-    return max(1, threads // 2) if beside_update else threads
+def decoding_count(threads: int, asynchronous: bool = False) -> int:
+    """Threads for decoding steps in a run of `threads` threads: all of them in a synchronous run, half (at least
+    one) in an asynchronous one, whose producer decodes beside the update (docs/performance.md, seventh pass)."""
+    return max(1, threads // 2) if asynchronous else threads
 
 
 @dataclass(frozen=True)
@@ -198,7 +194,7 @@ def say_counts_once(policy: ThreadPolicy) -> None:
         logger.info("CPU threads: %d for every phase, fixed for the run so that it repeats to the bit (%s=N sets N)",
                     counts.others, ENV)
         return
-    logger.info("CPU threads: %d for decoding (beside the update: partial rollouts), %d for everything else, "
+    logger.info("CPU threads: %d for decoding (beside the update: asynchronous rollouts), %d for everything else, "
                 "fixed for the run so that it repeats to the bit (%s=N sets N for every phase)", counts.decoding,
                 counts.others, ENV)
 

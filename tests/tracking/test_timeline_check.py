@@ -25,7 +25,7 @@ def test_a_slower_async_side_is_said_to_share_the_cores_and_decode_on_fewer_thre
     text = compute_check(steps(2.0, 6.0), steps(3.0, 6.2)).splitlines()[-1]
     assert "asynchronous/synchronous rollout compute 1.5x; the asynchronous side's phases shared the cores with " \
            "each other" in text
-    assert "with partial_rollout: switch, its producer decoded on half the run's threads" in text
+    assert "its producer decoded on half the run's threads (an asynchronous run's default" in text
 
 
 def test_a_timeline_clock_runs_only_during_its_own_steps(monkeypatch):

@@ -116,13 +116,13 @@ def test_decoding_runs_on_half_the_fixed_count_beside_the_update_and_every_other
     import threading
 
     monkeypatch.delenv("PPOKIT_THREADS", raising=False)
-    assert [policy_mod.decoding_count(n, beside_update=True) for n in (1, 2, 3, 4, 16)] == [1, 1, 1, 2, 8]
-    assert [policy_mod.decoding_count(n) for n in (1, 2, 3, 4, 16)] == [1, 2, 3, 4, 16]  # alone (synchronous, or generation first)
+    assert [policy_mod.decoding_count(n, asynchronous=True) for n in (1, 2, 3, 4, 16)] == [1, 1, 1, 2, 8]
+    assert [policy_mod.decoding_count(n) for n in (1, 2, 3, 4, 16)] == [1, 2, 3, 4, 16]  # synchronous: all of them
     synchronous = ThreadPolicy().decoding
     assert (synchronous.others, synchronous.decoding) == (4, 4)
     with synchronous.around_decoding():
         assert torch.get_num_threads() == 4
-    counts = ThreadPolicy(decoding_beside_update=True).decoding
+    counts = ThreadPolicy(asynchronous=True).decoding
     assert (counts.others, counts.decoding) == (4, 2)
     with counts.around_decoding():
         assert torch.get_num_threads() == 2
@@ -146,13 +146,11 @@ def test_decoding_runs_on_half_the_fixed_count_beside_the_update_and_every_other
         assert ThreadPolicy(mine).decoding is None
 
 
-@pytest.mark.parametrize("producer", ["synchronous", "inline", "thread", "switch"])
+@pytest.mark.parametrize("producer", ["synchronous", "inline", "thread"])
 def test_a_run_decodes_on_all_its_threads_or_half_beside_the_update(tiny_model_dir, tmp_path, monkeypatch, producer,
                                                                     caplog):
-    """The default policy on 2 threads: a synchronous run generates on both, and so does an asynchronous one whose
-    producer generates first (rows finishing on their weights), inline and in the producer thread alike (else the two
-    would part in their bits); one whose rows switch weights mid-generation (beside the update) on 1. Every other
-    phase on 2. The console says the counts once."""
+    """The default policy on 2 threads: a synchronous run generates on both; an asynchronous one on 1, in the inline producer and in the producer thread alike (else the two would part in their bits); every
+    other phase on 2. The console says the counts once."""
     from session_helpers import distinct_chars, tiny_overrides
 
     import ppokit.rollout.agent_loop as agent_loop
@@ -166,8 +164,7 @@ def test_a_run_decodes_on_all_its_threads_or_half_beside_the_update(tiny_model_d
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     pipeline = ({"staleness_threshold": 0} if producer == "synchronous"
-                else {"staleness_threshold": 1, "async_producer": "thread", "partial_rollout": "switch"}
-                if producer == "switch" else {"staleness_threshold": 1, "async_producer": producer})
+                else {"staleness_threshold": 1, "async_producer": producer})
     try:
         prompts = tmp_path / "p.jsonl"
         prompts.write_text("".join(json.dumps({"prompt": f"say a {i}:"}) + "\n" for i in range(8)))
@@ -180,15 +177,15 @@ def test_a_run_decodes_on_all_its_threads_or_half_beside_the_update(tiny_model_d
         after = torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
-    decoding = 1 if producer == "switch" else 2
+    decoding = 2 if producer == "synchronous" else 1
     assert len(seen) >= 3 and set(seen) == {decoding}  # 3 rollouts (+1 queued when asynchronous)
     assert [m["cpu/update_threads"] for m in steps] == [2.0] * 3 and after == 2
-    if producer in ("synchronous", "inline"):
+    if producer == "synchronous":
         assert [m["cpu/rollout_threads"] for m in steps] == [2.0] * 3
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("CPU threads")]
     assert said == (["CPU threads: 2 for every phase, fixed for the run so that it repeats to the bit "
-                     "(PPOKIT_THREADS=N sets N)"] if producer != "switch" else
-                    ["CPU threads: 1 for decoding (beside the update: partial rollouts), 2 for everything else, "
+                     "(PPOKIT_THREADS=N sets N)"] if producer == "synchronous" else
+                    ["CPU threads: 1 for decoding (beside the update: asynchronous rollouts), 2 for everything else, "
                      "fixed for the run so that it repeats to the bit (PPOKIT_THREADS=N sets N for every phase)"])
 
 
