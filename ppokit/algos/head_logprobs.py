@@ -12,7 +12,7 @@ faults and a fifth of an update's wall time (docs/performance.md, "Eighth pass")
   them, block by block, with their own gradient, so no (C, V) float32 tensor ever exists;
 - the vocabulary-wide float32 work runs `block_rows(V)` rows at a time (≤ 16 MB: glibc hands the same memory back).
 
-Per row the operations are those of the general path (`logprobs._PickedMinusLogsumexp`, the same products), so the
+Per row the operations are those of the general path (the same `logprobs` helpers, the same products), so the
 values and gradients are the same numbers (tests/algos/test_head_logprobs.py compares them bit for bit).
 """
 
@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import torch
 
+from ppokit.algos.logprobs import (
+    entropy_given_lse,
+    picked_minus_logsumexp,
+    picked_minus_logsumexp_grad,
+    scaled_upcast,
+)
+
 BLOCK_BYTES = 16 * 2**20
 
 
 def block_rows(vocab: int) -> int:
     """Rows of float32 (rows, vocab) temporaries that fit in BLOCK_BYTES (at least 1)."""
     return max(1, BLOCK_BYTES // (4 * vocab))
-
-
-def _scaled(logits_rows: torch.Tensor, temperature: float) -> torch.Tensor:
-    """(rows, V) float32 logits_rows / temperature (logits_rows itself when float32 and t = 1: read only)."""
-    x = logits_rows.float()
-    return x / temperature if temperature != 1.0 else x
 
 
 class _HeadLogprobs(torch.autograd.Function):
@@ -51,12 +52,10 @@ class _HeadLogprobs(torch.autograd.Function):
         entropy = logits.new_empty(n, dtype=torch.float32) if with_entropy else None
         step = block_rows(vocab)
         for s in range(0, n, step):
-            x = _scaled(logits[s : s + step], temperature)
-            lse[s : s + step] = torch.logsumexp(x, dim=-1)
-            block_lse = lse[s : s + step]
-            logp[s : s + step] = x.gather(-1, labels[s : s + step, None]).squeeze(-1) - block_lse
+            x = scaled_upcast(logits[s : s + step], temperature)
+            logp[s : s + step], lse[s : s + step] = picked_minus_logsumexp(x, labels[s : s + step])
             if with_entropy:
-                entropy[s : s + step] = block_lse - (x - block_lse[:, None]).exp_().mul_(x).sum(-1)
+                entropy[s : s + step] = entropy_given_lse(x, lse[s : s + step])
         ctx.save_for_backward(hidden, cast, labels, lse)
         ctx.temperature, ctx.out, ctx.weight_dtype = temperature, out, weight.dtype
         ctx.mark_non_differentiable(*(() if entropy is None else (entropy,)))
@@ -69,11 +68,10 @@ class _HeadLogprobs(torch.autograd.Function):
         logits = torch.mm(hidden, cast.t(), out=ctx.out)  # the forward's logits again
         step = block_rows(logits.shape[1])
         for s in range(0, logits.shape[0], step):
-            g = grad_logp[s : s + step, None]
-            # d(x[label] - logsumexp x)/dx = onehot - softmax(x), then / t for x = logits / t
-            grad_x = (_scaled(logits[s : s + step], t) - lse[s : s + step, None]).exp_().mul_(-g)
-            grad_x.scatter_add_(-1, labels[s : s + step, None], g)
-            logits[s : s + step] = grad_x / t if t != 1.0 else grad_x
+            block = slice(s, s + step)
+            grad_x = picked_minus_logsumexp_grad(scaled_upcast(logits[block], t), lse[block], labels[block],
+                                                 grad_logp[block])
+            logits[block] = grad_x / t if t != 1.0 else grad_x  # then / t for x = logits / t
         grad_hidden = torch.mm(logits, cast) if ctx.needs_input_grad[0] else None
         grad_weight = torch.mm(logits.t(), hidden).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
         ctx.out = None

@@ -21,28 +21,51 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-class _PickedMinusLogsumexp(torch.autograd.Function):
-    """(x[label] - logsumexp(x), logsumexp(x)) over the last dim, the second without gradient.
+def scaled_upcast(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / temperature in float32 (float64 stays); logits itself when already float32 and t = 1 (read only)."""
+    x = _upcast(logits)
+    return x / temperature if temperature != 1.0 else x
 
-    x: (B, C, V) float, labels: (B, C) long -> two (B, C). The same numbers as autograd's
-    `x.gather(...) - torch.logsumexp(x)` forward and backward, bit for bit, but the backward makes one
-    (B, C, V) pass, exp(x - lse) * -g with g added at the labels in place, where autograd zero-fills a
-    (B, C, V) tensor for the gather's gradient, builds the logsumexp's, and adds the two (≈ 3 % of an update
-    with a 49k vocabulary; docs/performance.md).
+
+def picked_minus_logsumexp(x: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x[label] - logsumexp(x), logsumexp(x)) over the last dim. x: (..., V) float, labels: (...) long."""
+    lse = torch.logsumexp(x, dim=-1)
+    return x.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse, lse
+
+
+def picked_minus_logsumexp_grad(x: torch.Tensor, lse: torch.Tensor, labels: torch.Tensor,
+                                grad: torch.Tensor) -> torch.Tensor:
+    """Gradient (..., V) of `picked_minus_logsumexp`'s first output for upstream `grad` (...): exp(x - lse) · -g with
+    g added at the labels, in one pass (a new tensor; x is only read)."""
+    out = (x - lse.unsqueeze(-1)).exp_().mul_(-grad.unsqueeze(-1))  # logsumexp's gradient, as autograd's
+    return out.scatter_add_(-1, labels.unsqueeze(-1), grad.unsqueeze(-1))
+
+
+def entropy_given_lse(x: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """Entropy (...) of softmax(x) from x (..., V) and its logsumexp: one (..., V) temporary, exp and product in
+    place (the same values as out of place)."""
+    return lse - (x - lse.unsqueeze(-1)).exp_().mul_(x).sum(-1)
+
+
+class _PickedMinusLogsumexp(torch.autograd.Function):
+    """`picked_minus_logsumexp` (x: (B, C, V) float, labels: (B, C) long -> two (B, C)), the logsumexp without
+    gradient. The same numbers as autograd's `x.gather(...) - torch.logsumexp(x)` forward and backward, bit for bit,
+    but the backward makes one (B, C, V) pass (`picked_minus_logsumexp_grad`), where autograd zero-fills a (B, C, V)
+    tensor for the gather's gradient, builds the logsumexp's, and adds the two (≈ 3 % of an update with a 49k
+    vocabulary; docs/performance.md).
     """
 
     @staticmethod
     def forward(ctx, x, labels):
-        lse = torch.logsumexp(x, dim=-1)
+        picked, lse = picked_minus_logsumexp(x, labels)
         ctx.save_for_backward(x, lse, labels)
         ctx.mark_non_differentiable(lse)
-        return x.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse, lse
+        return picked, lse
 
     @staticmethod
     def backward(ctx, grad, _grad_lse):
         x, lse, labels = ctx.saved_tensors
-        out = (x - lse.unsqueeze(-1)).exp_().mul_(-grad.unsqueeze(-1))  # logsumexp's gradient, as autograd's
-        return out.scatter_add_(-1, labels.unsqueeze(-1), grad.unsqueeze(-1)), None
+        return picked_minus_logsumexp_grad(x, lse, labels, grad), None
 
 
 def _chunk_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -51,10 +74,7 @@ def _chunk_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: flo
     logits: (B, C, V), labels: (B, C) long, >= 0 -> (B, C) float32 (or float64).
     Computed as gather - logsumexp: no (B, C, V) log-softmax output is kept.
     """
-    x = _upcast(logits)
-    if temperature != 1.0:
-        x = x / temperature
-    return _PickedMinusLogsumexp.apply(x, labels)[0]
+    return _PickedMinusLogsumexp.apply(scaled_upcast(logits, temperature), labels)[0]
 
 
 def _chunk_logprobs_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float):
@@ -63,12 +83,10 @@ def _chunk_logprobs_entropy(logits: torch.Tensor, labels: torch.Tensor, temperat
     The entropy comes last and under no_grad: non-reentrant checkpointing stops its recomputation
     once the log-prob's saved tensors are rebuilt, so backward never recomputes the entropy.
     """
-    x = _upcast(logits)
-    if temperature != 1.0:
-        x = x / temperature
+    x = scaled_upcast(logits, temperature)
     logp, lse = _PickedMinusLogsumexp.apply(x, labels)
-    with torch.no_grad():  # one (B, C, V) temporary, exp and product in place: the same values as out of place
-        entropy = lse - (x - lse.unsqueeze(-1)).exp_().mul_(x).sum(-1)
+    with torch.no_grad():
+        entropy = entropy_given_lse(x, lse)
     return logp, entropy
 
 
