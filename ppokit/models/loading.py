@@ -158,8 +158,11 @@ def convert_gguf(gguf_path: str | os.PathLike) -> str:
     try:
         # A line before and one with its duration after: transformers' own per-tensor bar becomes one long line in
         # a log file. (Logged, not drawn: the console's live lines live in a room above this one.)
+        # The conversion's throwaway model draws its random init from the seeded generators: only the run that
+        # converts would draw it, so without `global_generators_kept` a fresh machine's first run would sample
+        # other rollouts than every later run of the same seed.
         with _timed(f"converting {gguf_path.name} into {target} (once; dequantising to float32)"), \
-                _no_gguf_tensor_bar():
+                _no_gguf_tensor_bar(), global_generators_kept():
             _write_hf_folder(gguf_path, tmp)
         (tmp / "ppokit_source.json").write_text(
             json.dumps({"gguf": str(gguf_path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
@@ -172,6 +175,25 @@ def convert_gguf(gguf_path: str | os.PathLike) -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
+
+
+@contextlib.contextmanager
+def global_generators_kept():
+    """Python's, numpy's and torch's (CPU and every CUDA device's) global generators as they were before the
+    block, whatever it draws: for work that runs in some processes and not in others of the same seed (a
+    conversion into the cache, an engine that reseeds), which must not move what the run samples afterwards."""
+    import random
+
+    import numpy as np
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
 
 
 @contextlib.contextmanager

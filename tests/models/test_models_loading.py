@@ -89,6 +89,57 @@ def test_failed_conversion_leaves_no_cache_behind(tmp_path, isolated_cache, monk
     assert (Path(convert_gguf(gguf)) / "config.json").is_file()
 
 
+def _draws():
+    import random
+
+    import numpy as np
+
+    return random.random(), float(np.random.rand()), torch.rand(3)
+
+
+def _seeded_draws(seed: int):
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def test_a_conversion_leaves_the_seeded_generators_where_they_were(tmp_path, isolated_cache, monkeypatch):
+    """Only the first run on a machine converts: were its draws (the throwaway model's random init) to move the
+    seeded generators, that run would sample other rollouts than every later run of the same seed."""
+    def drawing_writer(gguf_path, out):
+        _draws()  # as transformers' random init of the model it then overwrites
+        (Path(out) / "config.json").write_text("{}")
+
+    monkeypatch.setattr(loading, "_write_hf_folder", drawing_writer)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    _seeded_draws(7)
+    convert_gguf(gguf)  # converts
+    converted = _draws()
+    _seeded_draws(7)
+    convert_gguf(gguf)  # cached: draws nothing
+    cached = _draws()
+    assert converted[:2] == cached[:2] and torch.equal(converted[2], cached[2])
+
+
+@pytest.mark.slow
+def test_the_bundled_models_real_conversion_draws_nothing_from_the_seeded_generators(isolated_cache):
+    """The real dequantisation of the bundled GGUF (transformers' loader and its `from_config` init)."""
+    from ppokit.models.loading import _alias_gguf
+
+    _seeded_draws(11)
+    folder = convert_gguf(_alias_gguf("smollm2-135m-instruct"))
+    after = _draws()
+    _seeded_draws(11)
+    untouched = _draws()
+    assert (Path(folder) / "model.safetensors").is_file()
+    assert after[:2] == untouched[:2] and torch.equal(after[2], untouched[2])
+
+
 def _saved_tokenizer(tmp_path, pad):
     tok = tiny_tokenizer()
     if pad is None:

@@ -34,11 +34,11 @@ class VllmJudge:
                              "(the judge in this process through transformers)") from exc
         from vllm.platforms import current_platform
 
-        from ppokit.models.loading import resolve_model_path
+        from ppokit.models.loading import global_generators_kept, resolve_model_path
         from ppokit.rollout.vllm_engine import trainer_threads_kept
 
         self.name = str(model_path)
-        with trainer_threads_kept(), _global_rng_kept(), _engine_in_own_process():  # a .gguf's conversion draws too
+        with trainer_threads_kept(), global_generators_kept(), _engine_in_own_process():
             kwargs = dict(model=resolve_model_path(model_path), seed=seed,
                           gpu_memory_utilization=gpu_memory_utilization)
             if current_platform.is_cpu():
@@ -50,11 +50,12 @@ class VllmJudge:
     def complete(self, conversations: Sequence[list[dict]]) -> list[JudgeReply]:
         from vllm import SamplingParams
 
+        from ppokit.models.loading import global_generators_kept
         from ppokit.rollout.vllm_engine import trainer_threads_kept
 
         self.calls += 1
         seed = (self.seed * 1_000_003 + self.calls) % 2**31 if self.temperature > 0 else None
-        with trainer_threads_kept(), _global_rng_kept():
+        with trainer_threads_kept(), global_generators_kept():
             outputs = self.llm.chat(list(conversations), SamplingParams(**self.params, seed=seed), use_tqdm=False)
         replies = []
         for o in outputs:
@@ -87,19 +88,3 @@ def _engine_in_own_process():
             os.environ[key] = before
 
 
-@contextlib.contextmanager
-def _global_rng_kept():
-    """Python's, numpy's and torch's (CPU and CUDA) global generators as they were before the block."""
-    import random
-
-    import numpy as np
-
-    from ppokit.rollout.vllm_engine import trainer_rng_kept
-
-    py, npy = random.getstate(), np.random.get_state()
-    try:
-        with trainer_rng_kept():
-            yield
-    finally:
-        random.setstate(py)
-        np.random.set_state(npy)
