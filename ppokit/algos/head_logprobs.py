@@ -7,10 +7,12 @@ chunk it casts W to the compute dtype twice (forward and recompute), upcasts the
 above glibc's 32 MB mmap threshold, so every one is a fresh mapping the kernel faults in and zeroes: ≈ 450,000 page
 faults and a fifth of an update's wall time (docs/performance.md, "Eighth pass"). Here:
 
-- W is cast once per call (every chunk of a micro-batch shares it) and the cast is saved for backward;
+- W is cast once per call (every chunk of a micro-batch shares it) into a buffer the caller keeps, and backward uses
+  that cast unless another call recast into the buffer meanwhile (then it casts again);
 - the (C, V) logits go into a buffer the caller keeps (`out`), and backward recomputes them into it and overwrites
   them, block by block, with their own gradient, so no (C, V) float32 tensor ever exists;
-- the vocabulary-wide float32 work runs `block_rows(V)` rows at a time (≤ 16 MB: glibc hands the same memory back).
+- the vocabulary-wide float32 work runs `block_rows(V)` rows at a time (≤ 16 MB: glibc hands the same memory back);
+- the weight's gradient is multiplied out into a kept compute-dtype buffer before its cast to the weight's dtype.
 
 Per row the operations are those of the general path (the same `logprobs` helpers, the same products), so the
 values and gradients are the same numbers (tests/algos/test_head_logprobs.py compares them bit for bit).
@@ -38,13 +40,14 @@ def block_rows(vocab: int) -> int:
 class _HeadLogprobs(torch.autograd.Function):
     """(log-probs (N,), entropies (N,) or None) of labels (N,) under softmax(hidden @ weightᵀ / t).
 
-    hidden: (N, H) in the compute dtype; weight: (V, H) the parameter; cast: weight in the compute dtype (no grad);
-    out: a (N, V) compute-dtype buffer for the logits (overwritten, in forward and in backward).
+    hidden: (N, H) in the compute dtype; weight: (V, H) the parameter; cast: `KeptCast` of the weight in the compute
+    dtype; out: a (N, V) compute-dtype buffer for the logits (overwritten, in forward and in backward).
     Gradients flow to hidden and weight (in weight's dtype); the entropy has none.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, cast, labels, temperature, with_entropy, out):
+    def forward(ctx, hidden, weight, kept, labels, temperature, with_entropy, out):
+        cast = kept.tensor
         logits = torch.mm(hidden, cast.t(), out=out)
         n, vocab = logits.shape
         logp = logits.new_empty(n, dtype=torch.float32)
@@ -56,15 +59,16 @@ class _HeadLogprobs(torch.autograd.Function):
             logp[s : s + step], lse[s : s + step] = picked_minus_logsumexp(x, labels[s : s + step])
             if with_entropy:
                 entropy[s : s + step] = entropy_given_lse(x, lse[s : s + step])
-        ctx.save_for_backward(hidden, cast, labels, lse)
-        ctx.temperature, ctx.out, ctx.weight_dtype = temperature, out, weight.dtype
+        ctx.save_for_backward(hidden, weight, labels, lse)
+        ctx.temperature, ctx.out, ctx.kept = temperature, out, kept
         ctx.mark_non_differentiable(*(() if entropy is None else (entropy,)))
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp, _grad_entropy):
-        hidden, cast, labels, lse = ctx.saved_tensors
-        t = ctx.temperature
+        hidden, weight, labels, lse = ctx.saved_tensors
+        t, kept = ctx.temperature, ctx.kept
+        cast = kept.tensor if kept.still_cast() else weight.detach().to(kept.tensor.dtype)
         logits = torch.mm(hidden, cast.t(), out=ctx.out)  # the forward's logits again
         step = block_rows(logits.shape[1])
         for s in range(0, logits.shape[0], step):
@@ -73,8 +77,13 @@ class _HeadLogprobs(torch.autograd.Function):
                                                  grad_logp[block])
             logits[block] = grad_x / t if t != 1.0 else grad_x  # then / t for x = logits / t
         grad_hidden = torch.mm(logits, cast) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.mm(logits.t(), hidden).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
-        ctx.out = None
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            kept_buffer = kept.gradient_buffer()
+            product = torch.mm(logits.t(), hidden) if kept_buffer is None else torch.mm(logits.t(), hidden,
+                                                                                          out=kept_buffer)
+            grad_weight = product.to(weight.dtype)
+        ctx.out = ctx.kept = None
         return grad_hidden, grad_weight, None, None, None, None, None
 
 
@@ -90,7 +99,7 @@ def head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tens
     """
     dtype = compute_dtype or weight.dtype
     with torch.autocast(hidden.device.type, enabled=False):
-        cast = weight.detach().to(dtype)
+        cast = KeptCast.of(weight, dtype, workspace)
         h = hidden.to(dtype)
         pieces = []
         for s in range(0, h.shape[0], chunk_size):
@@ -103,6 +112,43 @@ def head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tens
         return empty, (empty.clone() if entropy else None)
     logp = torch.cat([p[0] for p in pieces])
     return logp, (torch.cat([p[1] for p in pieces]) if entropy else None)
+
+
+class KeptCast:
+    """The head weight cast to the compute dtype, in a buffer kept in the caller's workspace, and the buffer its
+    gradient is multiplied out into before the cast back. Without a workspace, or where the weight already has the
+    compute dtype (nothing to cast, and a kept gradient would be handed to autograd), new tensors each call.
+    `stamp` counts the casts into the kept buffer: a backward whose forward's cast was overwritten since (another
+    call on the same head in between) casts again."""
+
+    def __init__(self, tensor: torch.Tensor, stamp: int, workspace: dict | None, key: tuple):
+        self.tensor, self.stamp, self.workspace, self.key = tensor, stamp, workspace, key
+
+    @classmethod
+    def of(cls, weight: torch.Tensor, dtype: torch.dtype, workspace: dict | None) -> KeptCast:
+        if workspace is None or weight.dtype == dtype:
+            return cls(weight.detach().to(dtype), 0, None, ())
+        key = ("weight", dtype, weight.device)
+        buffer = workspace.get(key)
+        if buffer is None or buffer.shape != weight.shape:
+            buffer = workspace[key] = torch.empty(weight.shape, dtype=dtype, device=weight.device)
+        buffer.copy_(weight.detach())
+        workspace[key + ("stamp",)] = stamp = workspace.get(key + ("stamp",), 0) + 1
+        return cls(buffer, stamp, workspace, key)
+
+    def still_cast(self) -> bool:
+        """Whether the buffer still holds this call's cast."""
+        return self.workspace is None or self.workspace.get(self.key + ("stamp",)) == self.stamp
+
+    def gradient_buffer(self) -> torch.Tensor | None:
+        """A kept (V, H) compute-dtype tensor for the weight's gradient before its cast (None: a new one)."""
+        if self.workspace is None:
+            return None
+        key = ("weight gradient",) + self.key[1:]
+        buffer = self.workspace.get(key)
+        if buffer is None or buffer.shape != self.tensor.shape:
+            buffer = self.workspace[key] = torch.empty_like(self.tensor)
+        return buffer
 
 
 def logits_buffer(workspace: dict | None, rows: int, vocab: int, like: torch.Tensor) -> torch.Tensor:

@@ -96,6 +96,34 @@ def test_the_workspace_buffer_is_kept_and_reused_across_calls():
     assert math.isfinite(float(weight.grad.sum()))
 
 
+def test_the_kept_weight_cast_and_gradient_buffer_are_reused_and_a_recast_in_between_is_noticed():
+    """bf16 products of float32 weights: the cast and the gradient's product live in kept buffers; two forwards on
+    one workspace before their backwards (the second overwrites the first's cast) still give each its own
+    gradients, equal to the bits of calls without a workspace."""
+    gen = torch.Generator().manual_seed(5)
+    weights = [torch.nn.Parameter(torch.randn(300, 8, generator=gen)) for _ in range(2)]
+    hiddens = [torch.randn(20, 8, generator=gen, requires_grad=True) for _ in range(2)]
+    labels = torch.randint(0, 300, (20,), generator=gen)
+
+    def grads(workspace):
+        for t in (*weights, *hiddens):
+            t.grad = None
+        outs = [head_logprobs(h, w, labels, compute_dtype=torch.bfloat16, workspace=workspace)[0]
+                for h, w in zip(hiddens, weights)]  # both forwards first
+        for out in reversed(outs):
+            out.sum().backward()
+        return [t.grad.clone() for t in (*weights, *hiddens)]
+
+    workspace = {}
+    want, got = grads(None), grads(workspace)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    kept = {k: v.data_ptr() for k, v in workspace.items() if isinstance(v, torch.Tensor)}
+    assert {k[0] for k in kept} >= {"weight", "weight gradient"}
+    grads(workspace)
+    assert kept == {k: v.data_ptr() for k, v in workspace.items() if isinstance(v, torch.Tensor)}  # reused
+    assert all(w.grad.dtype == torch.float32 for w in weights)
+
+
 def test_policy_forward_takes_the_fused_path_and_matches_the_general_one(monkeypatch):
     tok = tiny_tokenizer()
     model = tiny_causal_lm(tok, seed=0).train()
