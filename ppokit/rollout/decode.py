@@ -166,6 +166,21 @@ def skinny_linears(model):
                 m.forward = forward
 
 
+def worth_compacting(left: int, rows: int, device: torch.device) -> bool:
+    """Whether the rows that finished leave a decoding batch of `rows` now that `left` still run (their cache rows
+    are copied out: one copy of every layer's cache). Always at 8 rows or fewer. Under CPU bf16/fp16 autocast
+    (oneDNN's kernels, whose time grows with every row) once a quarter of the rows finished: +8-16 % generated
+    tokens/s on the bench's rollouts against the padded rule (docs/performance.md, ninth pass). Otherwise (MKL's
+    float32 kernels, padded by `skinny_rows`, and GPUs) when that lowers the padded row count of the next step."""
+    if left >= rows:
+        return False
+    if left <= 8:
+        return True
+    if device.type == "cpu" and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != torch.float32:
+        return left * 4 <= rows * 3
+    return skinny_rows(left) < skinny_rows(rows)
+
+
 def _register_attention() -> None:
     from transformers import AttentionInterface
 
@@ -369,7 +384,7 @@ def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, 
     sort of the running flags, whose first `left` entries are the running rows in order (what `nonzero` gives,
     without its sync). Finished rows leave the batch (cache rows too) when that shrinks the padded row count of
     the next step (`skinny_rows`) or at most 8 rows remain; until then they ride along, their tokens discarded,
-    which is cheaper than copying every layer's cache.
+    which is cheaper than copying every layer's cache (`worth_compacting`).
 
     switches(t), when given, runs the `between_tokens` hook before the forward that gives the logits of token t
     (t >= 1), which may change the model's weights in place (partial_rollout: switch): the keys/values of the
@@ -403,7 +418,7 @@ def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, 
         left = int(running.sum())  # the loop's one host sync per token
         if t == max_new_tokens - 1 or left == 0:
             break
-        if left < len(running) and (left <= 8 or skinny_rows(left) < skinny_rows(len(running))):
+        if worth_compacting(left, len(running), device):
             keep = torch.sort((~running).to(torch.uint8), stable=True).indices[:left]
             alive, token, next_pos, valid, running = alive[keep], token[keep], next_pos[keep], valid[keep], running[keep]
             cache.select_rows(keep)

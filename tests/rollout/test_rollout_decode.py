@@ -18,6 +18,7 @@ from ppokit.rollout.decode import (
     skinny_linears,
     skinny_rows,
     supports_fast_decode,
+    worth_compacting,
 )
 from ppokit.rollout.hf_engine import HFRolloutEngine
 from ppokit.testing import tiny_causal_lm, tiny_tokenizer
@@ -193,3 +194,15 @@ def test_decoding_in_small_batches_gives_the_greedy_answers_of_one_batch():
     whole = decode(model, PROMPTS, 2, 12, [TOK.eos_token_id], TOK.pad_token_id, do_sample=False)
     split = decode(model, PROMPTS, 2, 12, [TOK.eos_token_id], TOK.pad_token_id, do_sample=False, cache_budget_bytes=1)
     assert torch.equal(whole, split)
+
+
+def test_finished_rows_leave_a_cpu_bf16_batch_once_a_quarter_finished_and_elsewhere_when_the_padding_drops():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")  # only the device's type is read: no GPU needed
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert [worth_compacting(left, 32, cpu) for left in (32, 25, 24, 17, 9, 8)] == [False, False, True, True,
+                                                                                         True, True]
+        assert [worth_compacting(left, 32, cuda) for left in (24, 17, 16, 8)] == [False, False, True, True]
+    # float32 products (MKL, rows padded to 16s by skinny_rows): only when the padded count drops
+    assert [worth_compacting(left, 32, cpu) for left in (31, 24, 17, 16, 9, 8)] == [False, False, False, True,
+                                                                                     True, True]
+    assert [worth_compacting(left, 12, cpu) for left in (12, 11, 9)] == [False, False, False]
