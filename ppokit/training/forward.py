@@ -21,7 +21,12 @@ from ppokit.algos.logprobs import entropy_from_logits, token_logprobs, token_log
 from ppokit.models.loading import autocast_context
 from ppokit.training.batch import RolloutBatch
 from ppokit.training.device import to_model_device
-from ppokit.training.lm_head import chunked_head_logprobs, head_skipped, split_head
+from ppokit.training.lm_head import (
+    chunked_head_logprobs,
+    head_skipped,
+    split_head,
+    tied_embedding_gradient_kept,
+)
 from ppokit.training.packing import can_pack, pack_by_prompt, packed_attention_on
 
 
@@ -102,7 +107,7 @@ def policy_forward(model, batch: RolloutBatch, chunk_size: int, entropy: str, co
     real = batch.response_mask.bool()
     labels = batch.input_ids[:, batch.prompt_len :][real.to(batch.input_ids.device)][None]  # (1, N)
     head = split_head(model)
-    with compute_context(model, compute_dtype, device), head_skipped(head):
+    with compute_context(model, compute_dtype, device), head_skipped(head), tied_embedding_gradient_kept(model, head):
         logits = response_logits(model, batch)[None]  # (1, N, V); (1, N, H) hidden states when the head is split
     # Log-probs of the distribution that was sampled from (logits / temperature), as verl does.
     t = temperature if temperature and temperature > 0 else 1.0

@@ -16,6 +16,7 @@ import weakref
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from ppokit.algos.embedding_grad import kept_grad_embedding
 from ppokit.algos.head_logprobs import head_logprobs
 from ppokit.algos.logprobs import _chunk_entropy, _chunk_logprobs, _chunk_logprobs_entropy
 from ppokit.models.loading import KNOWN_DECODER_TYPES, autocast_context
@@ -67,6 +68,34 @@ def _identity(x, *args, **kwargs):
     return x
 
 
+def _workspace(module) -> dict:
+    return _workspaces.setdefault(module, {}).setdefault(threading.get_ident(), {})
+
+
+@contextlib.contextmanager
+def tied_embedding_gradient_kept(model, head):
+    """Inside, on a CPU, the input embedding tied to `head` builds its weight gradient in a kept buffer
+    (`algos.embedding_grad`): autograd adds it into the head's gradient in place instead of mapping a fresh
+    (V, H) tensor each backward. Only for a plain `nn.Embedding` (no max_norm, no sparse or frequency-scaled
+    gradient, no hooks) whose weight is `head.weight`, while a gradient is recorded; elsewhere a no-op."""
+    module = getattr(model, "module", model)
+    base = module.get_base_model() if hasattr(module, "peft_config") else module
+    embedding = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if (type(embedding) is not torch.nn.Embedding or weight is None or embedding.weight is not weight
+            or not torch.is_grad_enabled() or not weight.requires_grad or weight.device.type != "cpu"
+            or embedding.max_norm is not None or embedding.sparse or embedding.scale_grad_by_freq
+            or embedding._forward_hooks or embedding._forward_pre_hooks or hasattr(weight, "ds_id")):
+        yield
+        return
+    workspace = _workspace(embedding)
+    embedding.forward = lambda ids: kept_grad_embedding(ids, embedding.weight, embedding.padding_idx, workspace)
+    try:
+        yield
+    finally:
+        del embedding.forward
+
+
 def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, chunk_size: int, entropy: str,
                           temperature: float, compute_dtype, device):
     """(log-probs (1, N), entropies (1, N) or None) of `labels` (1, N) under softmax(head(hidden) / temperature),
@@ -78,7 +107,7 @@ def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, chun
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if fusable(head, entropy):
-        workspace = _workspaces.setdefault(head, {}).setdefault(threading.get_ident(), {})
+        workspace = _workspace(head)
         logp, ent = head_logprobs(hidden[0], head.weight, labels[0].clamp_min(0).long(), temperature,
                                   entropy == "detached", compute_dtype, chunk_size, workspace)
         return logp[None].masked_fill(labels < 0, 0.0), None if ent is None else ent[None]
