@@ -8,8 +8,8 @@ pages, which the kernel faults in and zeroes one 4 KB page at a time (≈ 1.4 µ
 second of kernel time, per update of the bench's work). `keep_freed_memory` fixes the mmap threshold at glibc's
 largest (32 MB, where its moving threshold ends anyway) and lets up to 1 GB stay free at the heap's top: the peak
 resident memory is unchanged (what is kept was in use at the peak), the update ≈ 9 % shorter (docs/performance.md,
-eighth pass). Blocks above 32 MB still come from mappings; the LM head keeps its own buffer for those
-(`algos/head_logprobs`).
+eighth pass). Blocks above 32 MB still come from mappings; the LM head and the embedding tied to it keep their own
+buffers for theirs (`algos/head_logprobs`, `algos/embedding_grad`).
 
 Nothing here changes a computed value. Where the user set one of glibc's MALLOC_* variables, or torch does not run on
 glibc, nothing is done.
