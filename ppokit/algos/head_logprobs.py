@@ -116,8 +116,10 @@ def head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tens
 
 class KeptCast:
     """The head weight cast to the compute dtype, in a buffer kept in the caller's workspace, and the buffer its
-    gradient is multiplied out into before the cast back. Without a workspace, or where the weight already has the
-    compute dtype (nothing to cast, and a kept gradient would be handed to autograd), new tensors each call.
+    gradient is multiplied out into before the cast back: on a CPU, where a fresh (V, H) block is a fresh mapping.
+    Without a workspace, where the weight already has the compute dtype (nothing to cast, and a kept gradient would
+    be handed to autograd), or off the CPU (CUDA's caching allocator reuses its blocks; kept ones would only hold
+    device memory), new tensors each call.
     `stamp` counts the casts into the kept buffer: a backward whose forward's cast was overwritten since (another
     call on the same head in between) casts again."""
 
@@ -126,7 +128,7 @@ class KeptCast:
 
     @classmethod
     def of(cls, weight: torch.Tensor, dtype: torch.dtype, workspace: dict | None) -> KeptCast:
-        if workspace is None or weight.dtype == dtype:
+        if workspace is None or weight.dtype == dtype or weight.device.type != "cpu":
             return cls(weight.detach().to(dtype), 0, None, ())
         key = ("weight", dtype, weight.device)
         buffer = workspace.get(key)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ppokit.algos.head_logprobs import block_rows, head_logprobs
+from ppokit.algos.head_logprobs import KeptCast, block_rows, head_logprobs
 from ppokit.algos.logprobs import _chunk_logprobs, _chunk_logprobs_entropy
 from ppokit.testing import tiny_causal_lm, tiny_tokenizer
 from ppokit.training import lm_head
@@ -122,6 +122,9 @@ def test_the_kept_weight_cast_and_gradient_buffer_are_reused_and_a_recast_in_bet
     grads(workspace)
     assert kept == {k: v.data_ptr() for k, v in workspace.items() if isinstance(v, torch.Tensor)}  # reused
     assert all(w.grad.dtype == torch.float32 for w in weights)
+    elsewhere = {}  # off the CPU (a meta weight stands for CUDA's) nothing is kept
+    KeptCast.of(torch.empty(300, 8, device="meta"), torch.bfloat16, elsewhere)
+    assert elsewhere == {}
 
 
 def test_policy_forward_takes_the_fused_path_and_matches_the_general_one(monkeypatch):
