@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ppokit.errors import PpokitError
+from ppokit.models.generators import global_generators_kept
 
 log = logging.getLogger("ppokit")
 
@@ -175,25 +176,6 @@ def convert_gguf(gguf_path: str | os.PathLike) -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
-
-
-@contextlib.contextmanager
-def global_generators_kept():
-    """Python's, numpy's and torch's (CPU and every CUDA device's) global generators as they were before the
-    block, whatever it draws: for work that runs in some processes and not in others of the same seed (a
-    conversion into the cache, an engine that reseeds), which must not move what the run samples afterwards."""
-    import random
-
-    import numpy as np
-
-    python_state, numpy_state = random.getstate(), np.random.get_state()
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    try:
-        with torch.random.fork_rng(devices=devices):
-            yield
-    finally:
-        random.setstate(python_state)
-        np.random.set_state(numpy_state)
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ import logging
 import os
 from dataclasses import replace
 
+from ppokit.models.generators import global_generators_kept
 from ppokit.models.weights import hf_state_by_module
 from ppokit.rollout.base import RolloutOutput, SamplingParams, check_prompts
 from ppokit.rollout.tp_group import SoloGroup, TPGroup, make_tp_group
@@ -179,7 +180,7 @@ class VLLMRolloutEngine:
         params = [VSamplingParams(**base, seed=seed) for seed in seeds] if own else VSamplingParams(**base)
         # In this process the worker's generators are the trainer's, and vLLM's CPU sampler draws from them even
         # when every request has its own: the trainer's stream is set back after the call.
-        with trainer_rng_kept():
+        with global_generators_kept():
             if sampling.do_sample and not own:
                 self.llm.collective_rpc(_reseed_on_worker, args=(engine_seed,))
             outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
@@ -201,17 +202,6 @@ def _reseed_on_worker(worker, seed: int) -> None:
 
     torch.manual_seed(seed)
     current_platform.manual_seed_all(seed)
-
-
-@contextlib.contextmanager
-def trainer_rng_kept():
-    """The trainer's torch generators (CPU and CUDA) as they were before the block: vLLM's worker shares them when
-    it runs in this process (external launcher, no engine-core process) and the block reseeds and draws from them."""
-    import torch
-
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        yield
 
 
 def _alike(a: SamplingParams, b: SamplingParams) -> bool:

@@ -34,7 +34,8 @@ class VllmJudge:
                              "(the judge in this process through transformers)") from exc
         from vllm.platforms import current_platform
 
-        from ppokit.models.loading import global_generators_kept, resolve_model_path
+        from ppokit.models.generators import global_generators_kept
+        from ppokit.models.loading import resolve_model_path
         from ppokit.rollout.vllm_engine import trainer_threads_kept
 
         self.name = str(model_path)
@@ -50,7 +51,7 @@ class VllmJudge:
     def complete(self, conversations: Sequence[list[dict]]) -> list[JudgeReply]:
         from vllm import SamplingParams
 
-        from ppokit.models.loading import global_generators_kept
+        from ppokit.models.generators import global_generators_kept
         from ppokit.rollout.vllm_engine import trainer_threads_kept
 
         self.calls += 1
