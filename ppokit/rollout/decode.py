@@ -22,13 +22,13 @@ least one token), min_new_tokens suppresses EOS. Repetition penalty is left to `
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
 import torch.nn.functional as F
 
 from ppokit.models.loading import KNOWN_DECODER_TYPES
+from ppokit.rollout.decode_linears import decoding_linears, skinny_rows
 
 ATTENTION = "ppokit_decode"
 
@@ -91,10 +91,14 @@ def fold_grouped_heads(query: torch.Tensor, kv_heads: int, mask: torch.Tensor) -
     """Grouped-query heads folded into the query length, so attention runs on the keys' own heads.
 
     query (B, H, q, D), mask (B, 1, q, kv) bool -> query (B, H_kv, H/H_kv * q, D) and the mask tiled to match
-    (B, 1, H/H_kv * q, kv): head h = kv_head * group + g reads rows [g * q, (g + 1) * q) of its key head."""
+    (B, 1, H/H_kv * q, kv): head h = kv_head * group + g reads rows [g * q, (g + 1) * q) of its key head. With
+    one query position (decoding) the mask is returned as it is: SDPA broadcasts it (tiling it cost 2 % of a
+    rollout; the same bits)."""
     b, h, q_len, d = query.shape
     group = h // kv_heads
-    return query.reshape(b, kv_heads, group * q_len, d), (mask.repeat(1, 1, group, 1) if group > 1 else mask)
+    if group == 1 or q_len == 1:  # one query position: its mask row broadcasts over the group's rows as it is
+        return query.reshape(b, kv_heads, group * q_len, d), mask
+    return query.reshape(b, kv_heads, group * q_len, d), mask.repeat(1, 1, group, 1)
 
 
 def cache_dtype(model, device: torch.device) -> torch.dtype:
@@ -115,55 +119,6 @@ def prompts_per_batch(config, prompts: int, rows_per_prompt: int, length: int, d
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     per_row = 2 * config.num_hidden_layers * heads * head_dim * length * dtype.itemsize
     return max(1, min(prompts, budget_bytes // max(per_row * rows_per_prompt, 1)))
-
-
-def skinny_rows(rows: int) -> int:
-    """Rows to pad a decoding step's few rows to for the weight-major product: MKL's float32 kernels run it
-    1.2-3x faster at 4 and at multiples of 16 rows than at the sizes in between (docs/performance.md).
-    0 means: leave these rows to `F.linear` (5-8 rows, where padding to 16 costs more than it saves)."""
-    if rows <= 2:
-        return rows
-    if rows <= 4:
-        return 4
-    return 0 if rows <= 8 else -(-rows // 16) * 16
-
-
-def skinny_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """`module(x)` for the few rows of a CPU decoding step: (W @ x.T).T over rows padded by `skinny_rows`,
-    which streams the weight once, row-major; more rows than a decoding step has go to `F.linear`."""
-    rows = x.numel() // x.shape[-1]
-    padded = skinny_rows(rows)
-    if rows > 64 or padded == 0:
-        return F.linear(x, module.weight, module.bias)
-    flat = x.reshape(rows, x.shape[-1])
-    if padded != rows:
-        flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.shape[1])])
-    out = torch.mm(module.weight, flat.t()).t()[:rows].contiguous()
-    if module.bias is not None:
-        out += module.bias
-    return out.reshape(*x.shape[:-1], out.shape[-1])
-
-
-@contextlib.contextmanager
-def skinny_linears(model):
-    """Every `nn.Linear` of `model` computes through `skinny_linear` inside the block where its products run in
-    float32 on a CPU (float32 weights, no bf16/fp16 autocast), which MKL's float32 kernels gain from; elsewhere the
-    vendor's GEMM is left alone. Under CPU autocast oneDNN's bf16 kernels run `F.linear` as fast on one thread and
-    4-17 % faster on two (docs/performance.md, seventh pass)."""
-    lower = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != torch.float32
-    linears = [] if lower else [m for m in model.modules() if isinstance(m, torch.nn.Linear)
-                                and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32]
-    own = {m: m.__dict__.get("forward") for m in linears}  # an instance-level forward someone else set
-    for m in linears:
-        m.forward = functools.partial(skinny_linear, m)
-    try:
-        yield
-    finally:
-        for m, forward in own.items():
-            if forward is None:
-                del m.forward
-            else:
-                m.forward = forward
 
 
 def worth_compacting(left: int, rows: int, device: torch.device) -> bool:
@@ -297,7 +252,7 @@ def decode(model, prompts: list[list[int]], n: int, max_new_tokens: int, eos_ids
     saved = model.config._attn_implementation
     model.config._attn_implementation = ATTENTION
     try:
-        with skinny_linears(model):
+        with decoding_linears(model):
             switches = _Switches(between_tokens, n // rows) if between_tokens is not None else None
             parts = []
             for i in range(0, len(prompts), step):

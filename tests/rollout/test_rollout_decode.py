@@ -14,9 +14,6 @@ from ppokit.rollout.decode import (
     mask_top_p,
     prompts_per_batch,
     sample_tokens,
-    skinny_linear,
-    skinny_linears,
-    skinny_rows,
     supports_fast_decode,
     worth_compacting,
 )
@@ -130,32 +127,6 @@ def test_kv_cache_writes_in_place_and_selects_rows():
     keys, _ = cache.update(torch.full((3, 1, 1, 1), 9.0), torch.zeros(3, 1, 1, 1), 0)
     assert keys[:, 0, :, 0].tolist() == [[3, 4, 5, 9], [3, 4, 5, 9], [0, 1, 2, 9]]
     assert cache.get_seq_length() == 3
-
-
-def test_skinny_rows_pad_to_four_and_multiples_of_sixteen_and_leave_five_to_eight_to_linear():
-    assert [skinny_rows(n) for n in (1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33)] == [1, 2, 4, 4, 0, 0, 16, 16, 32, 32, 48]
-
-
-@pytest.mark.parametrize("rows", [1, 3, 5, 9, 17, 64, 65])
-def test_skinny_linear_equals_linear(rows):
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(24, 40)
-    x = torch.randn(rows, 1, 24)
-    out = skinny_linear(layer, x)
-    assert out.shape == (rows, 1, 40) and out.is_contiguous()
-    torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-5)
-
-
-def test_skinny_linears_apply_inside_the_block_only():
-    model = tiny_causal_lm(tiny_tokenizer(), seed=0)
-    layer = model.model.layers[0].mlp.up_proj
-    with skinny_linears(model):
-        assert layer.forward.func is skinny_linear
-    assert "forward" not in layer.__dict__  # the class's forward again
-    with torch.autocast("cpu", dtype=torch.bfloat16), skinny_linears(model):  # bf16 products: oneDNN's F.linear
-        assert "forward" not in layer.__dict__
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False), skinny_linears(model):
-        assert layer.forward.func is skinny_linear
 
 
 @pytest.mark.parametrize("q_len", [1, 5])
