@@ -28,10 +28,10 @@ def sharp_head(model):
     return new
 
 
-def generate_with_offer(model, new_model, switch, delay: float | None):
+def generate_with_offer(model, new_model, switch, delay: float | None, dtype=None):
     """engine.generate in a producer thread; the trainer's thread offers `new_model` (after `delay` seconds, or
     None: never, as a step without a weight sync does)."""
-    engine = HFRolloutEngine(model, TOK, return_logprobs=True)
+    engine = HFRolloutEngine(model, TOK, return_logprobs=True, dtype=dtype)
     engine.attach_switch(switch)
     result = {}
     switch.begin()
@@ -53,13 +53,14 @@ def generate_with_offer(model, new_model, switch, delay: float | None):
     return result["out"], engine
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.3])
-def test_a_scheduled_switch_takes_the_new_weights_at_token_s_whenever_they_arrive(delay):
+@pytest.mark.parametrize("delay,dtype", [(0.0, None), (0.3, None), (0.3, torch.bfloat16)])
+def test_a_scheduled_switch_takes_the_new_weights_at_token_s_whenever_they_arrive(delay, dtype):
+    """bf16: on a CPU with native bf16 decoding packs its weights once per call; the switch must reach them."""
     model = tiny_causal_lm(TOK, seed=0)
     new = sharp_head(model)
     s = 4
-    out, engine = generate_with_offer(model, new, WeightSwitch("switch", at_token=s), delay)
-    plain = HFRolloutEngine(model, TOK, return_logprobs=True).generate(PROMPTS, SAMPLING)  # no switch
+    out, engine = generate_with_offer(model, new, WeightSwitch("switch", at_token=s), delay, dtype)
+    plain = HFRolloutEngine(model, TOK, return_logprobs=True, dtype=dtype).generate(PROMPTS, SAMPLING)  # no switch
     assert any(len(ids) > s for ids in out.response_ids)
     for ids, lps, versions, ref_ids in zip(out.response_ids, out.logprobs, out.token_switches, plain.response_ids):
         assert versions == [0] * min(s, len(ids)) + [1] * max(len(ids) - s, 0)  # monotone, switch at s
