@@ -3,6 +3,9 @@
 __version__ = "0.1.0"
 
 from ppokit.errors import PpokitError
+from ppokit.training.heap import ask_for_huge_pages
+
+ask_for_huge_pages()  # before torch's first CPU allocation, where torch reads it (training/heap.py)
 
 __all__ = ["PpokitError", "Session", "__version__"]
 

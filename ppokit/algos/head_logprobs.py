@@ -11,7 +11,8 @@ faults and a fifth of an update's wall time (docs/performance.md, "Eighth pass")
   that cast unless another call recast into the buffer meanwhile (then it casts again);
 - the (C, V) logits go into a buffer the caller keeps (`out`), and backward recomputes them into it and overwrites
   them, block by block, with their own gradient, so no (C, V) float32 tensor ever exists;
-- the vocabulary-wide float32 work runs `block_rows(V)` rows at a time (≤ 16 MB: glibc hands the same memory back);
+- the vocabulary-wide float32 work runs `block_rows(V)` rows at a time (≤ 4 MB: its eight passes over a block run
+  from the CPU's caches, and glibc hands the same memory back; 16 MB blocks took 1.3-1.9x as long, docs/performance.md);
 - the weight's gradient is multiplied out into a kept compute-dtype buffer before its cast to the weight's dtype.
 
 Per row the operations are those of the general path (the same `logprobs` helpers, the same products), so the
@@ -29,7 +30,7 @@ from ppokit.algos.logprobs import (
     scaled_upcast,
 )
 
-BLOCK_BYTES = 16 * 2**20
+BLOCK_BYTES = 4 * 2**20
 
 
 def block_rows(vocab: int) -> int:

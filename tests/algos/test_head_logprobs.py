@@ -36,7 +36,7 @@ def general_path(hidden, weight, labels, temperature, entropy, dtype):
 @pytest.mark.parametrize("entropy", [False, True])
 def test_fused_head_equals_the_checkpointed_head_bit_for_bit(dtype, temperature, entropy):
     gen = torch.Generator().manual_seed(1)
-    n, width, vocab = 37, 24, 3000  # block_rows(3000) = 1398: one block; a second case below splits rows
+    n, width, vocab = 37, 24, 3000  # block_rows(3000) = 349: one block; a second case below splits rows
     hidden = torch.randn(n, width, generator=gen, requires_grad=True)
     weight = torch.nn.Parameter(torch.randn(vocab, width, generator=gen) * 0.3)
     labels = torch.randint(0, vocab, (n,), generator=gen)
