@@ -12,10 +12,26 @@ step (with gradient clipping and one LR-scheduler step) happens after the last o
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
 from ppokit.engine.schedule import make_lr_lambda
+
+
+@contextlib.contextmanager
+def native_linear_kept():
+    """Inside: whatever swaps `torch.nn.functional.linear`, it is the same function after the block. DeepSpeed's
+    ZeRO-3 (`zero.Init`, also run by `deepspeed.initialize` for a model not built under it) replaces it with its
+    own for the rest of the process ("until manually reset"), so every later model in the process — a notebook's
+    next run, a rollout — would compute other bits than alone. ZeRO-3 gathers the weights around each module's
+    forward and backward with its own hooks; the native op is all it needs."""
+    linear = torch.nn.functional.linear
+    try:
+        yield
+    finally:
+        torch.nn.functional.linear = linear
 
 
 def build_engine(model: nn.Module, ds_config: dict, lr_schedule: dict | None = None):
@@ -41,9 +57,10 @@ def build_engine(model: nn.Module, ds_config: dict, lr_schedule: dict | None = N
     def scheduler(optimizer):
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
 
-    engine, *_ = deepspeed.initialize(
-        model=model, model_parameters=params, config=ds_config, lr_scheduler=scheduler
-    )
+    with native_linear_kept():
+        engine, *_ = deepspeed.initialize(
+            model=model, model_parameters=params, config=ds_config, lr_scheduler=scheduler
+        )
     if lone_allreduce_is_identity(engine):
         engine.enable_backward_allreduce = False
     return engine

@@ -396,9 +396,12 @@ def zero3_loading(ds_config: dict | None):
     from transformers.integrations import HfDeepSpeedConfig
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
+    from ppokit.engine.engines import native_linear_kept
+
     holder = HfDeepSpeedConfig(ds_config)  # transformers keeps only a weak reference: hold it for the block
     try:
-        yield
+        with native_linear_kept():  # zero.Init's F.linear would outlive the block
+            yield
     finally:
         unset_hf_deepspeed_config()
         del holder

@@ -92,10 +92,10 @@ def draw_local_prompts(producer) -> tuple[list[dict], int]:
 
 def rollout(producer) -> RolloutBatch:
     """Draw the step's prompts and generate; no log-probs, no scores (`score`, `with_logprobs` follow). The
-    batch's `origin` is its draw's serial number."""
+    batch's `origin` is its draw's serial number, offset by the producer's own `origin_base`."""
     started = time.perf_counter()
     threads = fit_threads(producer, "rollout")
-    origin = producer.rollouts_drawn
+    origin = producer.origin_base + producer.rollouts_drawn
     records, offset = draw_local_prompts(producer)
     batch = generate(producer, records, sampling_params(producer.args), offset)
     return replace(batch, origin=origin,

@@ -14,6 +14,7 @@ protocol (`state_dict` / `load_state_dict`). Live keys are carried into the lear
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,6 +81,10 @@ class Producer:
     handoff: WeightHandoff | None = None
     rollouts_drawn: int = 0
     skipped_groups: int = 0
+    # Added to a draw's serial to make its batch's `origin`: unique to this producer, so a batch made elsewhere (a
+    # file, another Session) never passes for one of this Session's draws (the Ledger's once-only update). From the
+    # OS, not the seeded generators: a run's values do not depend on it.
+    origin_base: int = field(default_factory=lambda: int.from_bytes(os.urandom(5), "big") << 20)
 
     @property
     def policy_version(self) -> int:

@@ -62,6 +62,7 @@ def main(spec_path: str) -> None:
     full = torch.load(spec["batch"], weights_only=False)
     half = my_groups(full, rank, session.plan.prompts_per_rank)
     stats = session.update(half)
+    session.producer.pull()  # the new weights reach the rollout engine between batches, as rollout() does first
     local = {**stats, **batch_metrics(half)}
     result = {
         "world": world, "rank": rank, "rows": len(half), "plan": dataclasses.asdict(session.plan.batch),

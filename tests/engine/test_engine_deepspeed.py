@@ -88,6 +88,16 @@ def test_two_micro_batches_equal_one_big_batch(dist, tiny, stage):
         torch.testing.assert_close(after[name], value, atol=1e-5, rtol=0, msg=name)
 
 
+def test_a_zero3_engine_leaves_the_processes_linear_as_it_found_it(dist, tiny):
+    """DeepSpeed's zero.Init (run by deepspeed.initialize for stage 3) swaps F.linear for its own "until manually
+    reset": every later model in the process would compute other bits than alone (with a bias: another rounding)."""
+    native = torch.nn.functional.linear
+    build_engine(copy.deepcopy(tiny[1]), _config(3))
+    assert torch.nn.functional.linear is native
+    layer, x = torch.nn.Linear(24, 40), torch.randn(8, 24)
+    assert torch.equal(layer(x), torch._C._nn.linear(x, layer.weight, layer.bias))
+
+
 def test_a_lone_rank_skips_the_allreduce_and_gets_the_same_bits(dist, tiny):
     """ZeRO 0 on one rank: no flatten/all-reduce/copy-back round trip, and the weights after two optimizer steps
     of two micro-batches each equal, bit for bit, those of the engine that does it."""

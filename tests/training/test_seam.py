@@ -162,6 +162,23 @@ def test_a_batch_is_consumed_once_and_the_plan_ends_at_its_last_step(tmp_path):
     s.close()
 
 
+def test_a_batch_made_by_another_session_never_passes_for_one_of_this_sessions_draws(tmp_path):
+    """A batch loaded from a file (drawn by another Session: its first draw too) is updated on; this Session's own
+    first draw is then neither refused as "trained on already" nor swapped for the loaded batch."""
+    other = tiny_session(tmp_path / "a", max_steps=3)
+    loaded = other.produce()
+    other.close()
+    s = tiny_session(tmp_path / "b", max_steps=3)
+    s.update(loaded)
+    own = s.rollout()
+    assert own.origin != loaded.origin
+    assert s.walk(own, "rollout")[0] is own  # its own draw, not the loaded batch's newest value
+    s.update(own)
+    s.step()
+    assert s.learner.updates_done == 3
+    s.close()
+
+
 def test_a_batch_from_an_older_checkpoints_queue_is_consumed_from_where_it_was_produced(tmp_path):
     """Batches queued by a format-2 checkpoint carry no phase record and no origin: scored means produced."""
     s, calls = counting_session(tmp_path / "o")
