@@ -5,6 +5,7 @@ import contextlib
 
 import pytest
 import torch
+from test_rollout_decode import PROMPTS, TOK  # the decoding loop's own test prompts
 
 from ppokit.rollout import decode as decode_module
 from ppokit.rollout.decode import decode
@@ -17,10 +18,8 @@ from ppokit.rollout.decode_linears import (
     skinny_linear,
     skinny_rows,
 )
-from ppokit.testing import tiny_causal_lm, tiny_tokenizer
+from ppokit.testing import tiny_causal_lm
 
-TOK = tiny_tokenizer()
-PROMPTS = [TOK.encode("hello there, how are you?"), TOK.encode("a"), TOK.encode("what is 2+3? answer:")]
 needs_onednn_bf16 = pytest.mark.skipif(not onednn_runs_bf16(), reason="this CPU has no native bf16 for oneDNN "
                                        "(AVX2 only): decoding keeps torch's own F.linear there")
 
