@@ -97,7 +97,8 @@ class PackedLinears:
         stamp = [(p.data_ptr(), p._version) for m in group for p in (m.weight, m.bias) if p is not None]
         pack = self.packs.get(group)
         if pack is None or pack[0] != stamp:
-            weight = torch.cat([m.weight.detach().to(torch.bfloat16) for m in group])
+            casts = [m.weight.detach().to(torch.bfloat16) for m in group]
+            weight = casts[0] if len(casts) == 1 else torch.cat(casts)
             biases = [m.bias for m in group]
             bias = None
             if any(b is not None for b in biases):
