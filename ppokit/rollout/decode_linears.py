@@ -18,6 +18,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from ppokit.models.forwards import forwards_replaced
+
 PACK_ROWS = 32  # the row count oneDNN lays a packed weight out for; any row count computes the same bits
 FUSED_SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # children that read one input
 
@@ -138,14 +140,5 @@ def decoding_linears(model):
     else:
         paths = {m: functools.partial(skinny_linear, m) for m in model.modules() if isinstance(m, torch.nn.Linear)
                  and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32}
-    own = {m: m.__dict__.get("forward") for m in paths}  # an instance-level forward someone else set
-    for m, path in paths.items():
-        m.forward = path
-    try:
+    with forwards_replaced(paths):
         yield
-    finally:
-        for m, forward in own.items():
-            if forward is None:
-                del m.forward
-            else:
-                m.forward = forward

@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from ppokit.algos.embedding_grad import kept_grad_embedding
 from ppokit.algos.head_logprobs import head_logprobs
 from ppokit.algos.logprobs import _chunk_entropy, _chunk_logprobs, _chunk_logprobs_entropy
+from ppokit.models.forwards import forwards_replaced
 from ppokit.models.loading import KNOWN_DECODER_TYPES, autocast_context
 
 # config attributes of families whose forward changes the logits after the head (soft-capping, scaling)
@@ -50,11 +51,8 @@ def head_skipped(head):
     if head is None:
         yield
         return
-    head.forward = _identity  # an instance attribute shadows the class's forward
-    try:
+    with forwards_replaced({head: _identity}):
         yield
-    finally:
-        del head.forward
 
 
 def fusable(head, entropy: str) -> bool:
@@ -89,11 +87,9 @@ def tied_embedding_gradient_kept(model, head):
         yield
         return
     workspace = _workspace(embedding)
-    embedding.forward = lambda ids: kept_grad_embedding(ids, embedding.weight, embedding.padding_idx, workspace)
-    try:
+    with forwards_replaced({embedding: lambda ids: kept_grad_embedding(ids, embedding.weight, embedding.padding_idx,
+                                                                        workspace)}):
         yield
-    finally:
-        del embedding.forward
 
 
 def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, chunk_size: int, entropy: str,
