@@ -44,7 +44,7 @@ def tiny_tokenizer(chat_template: bool = True):
 
 def tiny_model_config(tokenizer, arch: str = "llama", hidden: int = 64, layers: int = 2):
     """A transformers config for a tiny causal LM over `tokenizer`'s vocabulary."""
-    from transformers import LlamaConfig, Qwen2Config
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     common = dict(
         vocab_size=len(tokenizer),
@@ -63,7 +63,11 @@ def tiny_model_config(tokenizer, arch: str = "llama", hidden: int = 64, layers: 
         return Qwen2Config(**common)
     if arch == "llama":
         return LlamaConfig(**common)
-    raise ValueError(f"tiny_model_config: unknown arch {arch!r}; expected 'llama' or 'qwen2'")
+    if arch == "qwen3":
+        return Qwen3Config(**common, head_dim=hidden // 4)
+    if arch == "mistral":
+        return MistralConfig(**common, sliding_window=None)
+    raise ValueError(f"tiny_model_config: unknown arch {arch!r}; expected 'llama', 'qwen2', 'qwen3' or 'mistral'")
 
 
 def tiny_causal_lm(tokenizer=None, arch: str = "llama", seed: int = 0, hidden: int = 64, layers: int = 2):

@@ -1,13 +1,13 @@
 """ppokit's own decoding loop for decoder-only transformers models (Llama, Qwen2, Mistral ...).
 
 What it does that `model.generate` does not (each measured in docs/performance.md):
-- prefill once per prompt and copy its keys/values to the prompt's n samples (the samples of one
-  prompt share it), instead of prefilling n identical copies;
-- a key/value cache preallocated for prompt + max_new_tokens per batch of prompts (within a byte
-  budget), written in place (no `cat` per step);
-- attention through SDPA in the compute dtype (float32 on CPU: a bf16 single-query attention is slow
-  there), grouped-query heads folded into the query length (no `enable_gqa`, which with a mask forces
-  SDPA's math kernel);
+- prefill once per prompt, whose keys/values its n samples share: kept once per prompt and read once per
+  decoding step for all of them (`decode_step.PromptSharedCache`, `shared_attention`: on a CPU that attention is
+  bandwidth-bound, +14 % generated tokens/s on the bench's rollouts), each row's own generated keys/values
+  preallocated for max_new_tokens and written in place (no `cat` per step); models `decode_step` cannot run
+  (unusual layouts, forward hooks) copy the prompt's keys/values to each sample and decode through their forward;
+- attention in the compute dtype (float32 on CPU: a bf16 single-query attention is slow there), grouped-query
+  heads folded into the query length (for SDPA: no `enable_gqa`, which with a mask forces its math kernel);
 - exact sampling with one uniform number per row: inverse CDF over the (top-k / top-p masked)
   softmax instead of `torch.multinomial`, which draws an exponential per vocabulary entry;
 - rows that finished are dropped from the batch (their cache rows too), and the loop stops when
@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ppokit.models.loading import KNOWN_DECODER_TYPES
 from ppokit.rollout.decode_linears import decoding_linears, skinny_rows
+from ppokit.rollout.decode_step import PromptSharedCache, decoding_step, shared_step_supported
 
 ATTENTION = "ppokit_decode"
 
@@ -290,7 +291,11 @@ class _Switches:
 
 
 def _decode_batch(model, prompts, rows, max_new_tokens, eos_ids, pad_id, dtype, sampling, switches=None):
-    """(tokens, log-probs, switches or None), each (len(prompts) * rows, T): one prefill, then the decoding steps."""
+    """(tokens, log-probs, switches or None), each (len(prompts) * rows, T): one prefill, then the decoding steps.
+
+    Where `decoding_step` can run the model (`shared_step_supported`), the prompt's keys and values stay once per
+    prompt (`PromptSharedCache`); otherwise the cache copies them to each of its rows and the steps run the model's
+    own forward."""
     device = next(model.parameters()).device
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
@@ -298,17 +303,29 @@ def _decode_batch(model, prompts, rows, max_new_tokens, eos_ids, pad_id, dtype, 
     for i, p in enumerate(prompts):
         valid[i, width - len(p) : width] = True
     positions = valid[:, :width].long().cumsum(-1) - 1
-    cache = KVCache(model.config.num_hidden_layers, width + max_new_tokens, dtype)
+    shared = shared_step_supported(model)
+    cache = KVCache(model.config.num_hidden_layers, width if shared else width + max_new_tokens, dtype)
     causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
     mask = causal[None] & valid[:, None, :width]
     mask |= torch.eye(width, dtype=torch.bool, device=device)[None]  # padding rows attend to themselves: no NaN
     logits = _forward(model, ids, mask[:, None], positions.clamp_min(0), cache)
+    if shared:
+        cache = PromptSharedCache(cache.keys, cache.values, valid[:, :width], rows, max_new_tokens)
+        step = functools.partial(_shared_forward, model)
+    else:
+        step = functools.partial(_forward, model)
     if rows > 1:
         expand = torch.arange(len(prompts), device=device).repeat_interleave(rows)
-        cache.select_rows(expand)
+        if not shared:
+            cache.select_rows(expand)
         logits, valid, positions = logits[expand], valid[expand], positions[expand]
-    return _decode_steps(model, cache, logits, valid, positions[:, -1] + 1, width, max_new_tokens, eos_ids, pad_id,
+    return _decode_steps(step, cache, logits, valid, positions[:, -1] + 1, width, max_new_tokens, eos_ids, pad_id,
                          *sampling, switches=switches)
+
+
+def _shared_forward(model, ids, mask, positions, cache) -> torch.Tensor:
+    """`_forward` for a decoding step over a `PromptSharedCache` (the mask is the cache's own)."""
+    return decoding_step(model, ids, positions, cache)
 
 
 @functools.cache
@@ -328,7 +345,7 @@ def _forward(model, ids, mask, positions, cache) -> torch.Tensor:
     return out.logits[:, -1].float()
 
 
-def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, eos_ids, pad_id,
+def _decode_steps(forward, cache, logits, valid, next_pos, width, max_new_tokens, eos_ids, pad_id,
                   do_sample, temperature, top_k, top_p, min_new_tokens, return_logprobs=False, switches=None):
     """The token-by-token loop over the rows still running; returns (B, T) new tokens, their log-probs (zeros
     unless `return_logprobs`) and, with `switches`, the number of weight switches before each token (else None).
@@ -381,7 +398,7 @@ def _decode_steps(model, cache, logits, valid, next_pos, width, max_new_tokens, 
         end = width + t + 1
         if switches is not None:
             switches(t + 1, batch - left)
-        logits = _forward(model, token[:, None], valid[:, None, None, :end], next_pos[:, None], cache)
+        logits = forward(token[:, None], valid[:, None, None, :end], next_pos[:, None], cache)
         next_pos = next_pos + 1
     versions = None
     if switches is not None:  # (B, T): the same for every row of the batch

@@ -189,3 +189,46 @@ def test_the_own_copy_casts_each_weight_to_bf16_once_per_generate_call():
     done = subprocess.run([sys.executable, "-c", "import test_rollout_hf as t; t.count_own_copy_casts()"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _grad_modes_seen(model) -> list[bool]:
+    """Whether each forward of `model` ran in inference mode (recorded by a forward pre-hook)."""
+    seen = []
+    model.register_forward_pre_hook(lambda module, args: seen.append(torch.is_inference_mode_enabled()))
+    return seen
+
+
+def test_generation_runs_in_inference_mode_with_the_same_bits(monkeypatch):
+    import ppokit.rollout.hf_engine as hf_engine
+
+    sampling = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=5)
+    model = tiny_causal_lm(TOK, seed=3)
+    seen = _grad_modes_seen(model)
+    fast = HFRolloutEngine(model, TOK, dtype=torch.bfloat16, return_logprobs=True).generate(PROMPTS, sampling)
+    assert seen and all(seen)
+    monkeypatch.setattr(hf_engine, "no_autograd", lambda m: torch.no_grad())
+    seen.clear()
+    plain = HFRolloutEngine(model, TOK, dtype=torch.bfloat16, return_logprobs=True).generate(PROMPTS, sampling)
+    assert seen and not any(seen)
+    assert fast.response_ids == plain.response_ids and fast.logprobs == plain.logprobs
+
+
+def test_a_model_that_writes_buffers_in_forward_generates_under_no_grad_and_trains_after():
+    """Dynamic RoPE recomputes `inv_freq` inside forward past its cached length: an inference tensor kept there would
+    outlive the generation, so such a model generates under no_grad; training afterwards back-propagates."""
+    from transformers import AutoModelForCausalLM
+
+    from ppokit.testing import tiny_model_config
+
+    config = tiny_model_config(TOK)
+    config.max_position_embeddings = 16
+    config.rope_parameters = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    seen = _grad_modes_seen(model)
+    out = HFRolloutEngine(model, TOK).generate(PROMPTS, SamplingParams(n=2, temperature=1.0, max_new_tokens=12, seed=1))
+    assert seen and not any(seen) and len(out.response_ids) == 6
+    ids = torch.tensor([PROMPTS[2] + out.response_ids[4]])
+    model.train()
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
