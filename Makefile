@@ -46,7 +46,8 @@ setup-vllm: $(VSTAMP)
 # the tests marked vllm, and the decoding loop on the transformers this venv has (vLLM pins <5.20)
 test-vllm: $(VSTAMP)
 	$(VBIN)/python -m pytest -q -m 'vllm and not slow' $(ARGS)
-	$(VBIN)/python -m pytest -q tests/rollout/test_rollout_decode.py tests/rollout/test_decode_linears.py tests/rollout/test_rollout_hf.py
+	$(VBIN)/python -m pytest -q tests/rollout/test_rollout_decode.py tests/rollout/test_decode_linears.py tests/rollout/test_decode_step.py \
+	  tests/rollout/test_rollout_hf.py
 
 # GRPO on the bundled model with --rollout_engine vllm against the hf engine (two 10-step runs)
 test-vllm-slow: $(VSTAMP)

@@ -115,7 +115,8 @@ def cache_dtype(model, device: torch.device) -> torch.dtype:
 def prompts_per_batch(config, prompts: int, rows_per_prompt: int, length: int, dtype: torch.dtype,
                       budget_bytes: int) -> int:
     """How many prompts one decoding batch takes so that its KV cache (every layer's keys and values for
-    rows x length positions) stays within `budget_bytes` (at least one prompt)."""
+    rows x length positions) stays within `budget_bytes` (at least one prompt). Where the prompt's keys are kept once
+    for its samples (`decode_step.PromptSharedCache`) the cache is smaller: the bound still holds."""
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     per_row = 2 * config.num_hidden_layers * heads * head_dim * length * dtype.itemsize

@@ -133,21 +133,29 @@ def decoding_step(model, tokens: torch.Tensor, positions: torch.Tensor, cache: P
 
 def shared_step_supported(model) -> bool:
     """Whether `decoding_step` computes what `model`'s own forward computes: a plain Llama-family causal LM (the
-    layout checked part by part) with no forward hooks anywhere (they would not run: the step calls submodules,
-    and the model itself not at all)."""
+    layout checked part by part) with no forward hooks on the modules the step does not call (the model, its
+    decoder, the layers and their attention modules), whose hooks would not run. DeepSpeed's engine hooks on the
+    model itself are let be: its forward prologue and epilogue account for the engine's own forwards, and
+    generation is not one (with ZeRO-3, whose parameter hooks are on every module, the step is not taken)."""
     base = getattr(model, "model", None)
     if base is None or not all(hasattr(base, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb")):
         return False
-    if not hasattr(model, "lm_head") or any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
+    if not hasattr(model, "lm_head") or own_hooks(model, allowed="DeepSpeedEngine.") or own_hooks(base):
         return False
     if torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks:
         return False
     for layer in base.layers:
-        if not all(hasattr(layer, name) for name in DECODER_PARTS):
+        if not all(hasattr(layer, name) for name in DECODER_PARTS) or own_hooks(layer):
             return False
         attn = layer.self_attn
-        if not all(hasattr(attn, name) for name in ATTENTION_PARTS):
+        if not all(hasattr(attn, name) for name in ATTENTION_PARTS) or own_hooks(attn):
             return False
         if not hasattr(sys.modules.get(type(attn).__module__), "apply_rotary_pos_emb"):
             return False
     return True
+
+
+def own_hooks(module, allowed: str | None = None) -> bool:
+    """Whether `module` has forward (pre-)hooks, leaving out those whose function's qualified name holds `allowed`."""
+    hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
+    return any(allowed is None or allowed not in getattr(h, "__qualname__", "") for h in hooks)

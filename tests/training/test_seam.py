@@ -188,3 +188,15 @@ def test_a_batch_from_an_older_checkpoints_queue_is_consumed_from_where_it_was_p
     metrics = s.consume(legacy)
     assert len(calls) == 1 and s.learner.updates_done == 1 and "actor/pg_loss" in metrics  # not scored again
     s.close()
+
+
+def test_the_live_models_rollouts_take_the_prompt_shared_decoding_step(tmp_path):
+    """The inline producer generates on the DeepSpeed-wrapped live model: its rollouts decode through
+    `decode_step.decoding_step` (DeepSpeed's own hooks on the model do not turn it off)."""
+    from ppokit.rollout.decode_step import shared_step_supported
+
+    session = tiny_session(tmp_path / "s")
+    try:
+        assert session.model._forward_pre_hooks and shared_step_supported(session.model)
+    finally:
+        session.close()
