@@ -43,8 +43,12 @@ class PromptSharedCache:
         self.prompt_mask = torch.zeros(prompt_valid.shape, dtype=keys[0].dtype, device=keys[0].device)
         self.prompt_mask = self.prompt_mask.masked_fill(~prompt_valid, float("-inf"))[:, None, None, :]
         self.slots = torch.arange(rows, device=keys[0].device)
-        self.all_rows = True  # every slot still runs, in order: the slot layout is the batch itself
         self.length = 0  # generated positions written so far
+
+    @property
+    def all_rows(self) -> bool:
+        """Every slot still runs (slots are ascending and distinct): the slot layout is the batch itself."""
+        return self.slots.shape[0] == self.prompt_keys[0].shape[0] * self.samples
 
     def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> int:
         """Store a step's key/value (B, H_kv, 1, D) at the next generated position; returns the positions to attend."""
@@ -57,7 +61,6 @@ class PromptSharedCache:
         self.keys = [k.index_select(0, index) for k in self.keys]
         self.values = [v.index_select(0, index) for v in self.values]
         self.slots = self.slots[index]
-        self.all_rows = False
 
 
 def to_prompt_groups(x: torch.Tensor, cache: PromptSharedCache) -> torch.Tensor:

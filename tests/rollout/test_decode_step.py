@@ -138,3 +138,15 @@ def test_shared_attention_equals_sdpa_over_copied_keys():
     q, mask = fold_grouped_heads(query, kv_heads, mask)
     expected = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=0.3)
     torch.testing.assert_close(out, expected.reshape(len(keep), 1, -1), atol=1e-6, rtol=1e-5)
+
+
+def test_a_cache_in_the_compute_dtype_as_on_cuda_decodes_like_the_models_forward(monkeypatch):
+    """On CUDA the cache and the attention are in the compute dtype (bf16), not float32: the shared step's bf16
+    attention (products in bf16, autocast off) against the model's forward over the same bf16 cache."""
+    monkeypatch.setattr(decode_module, "cache_dtype", lambda model, device: torch.bfloat16)
+    model = tiny_causal_lm(TOK, arch="qwen2", seed=3).eval()
+    tokens, logprobs = decoded(model, monkeypatch, shared=True, do_sample=False)
+    monkeypatch.setattr(decode_module, "cache_dtype", lambda model, device: torch.bfloat16)
+    plain, plain_logprobs = decoded(model, monkeypatch, shared=False, do_sample=False)
+    assert torch.equal(tokens, plain)
+    torch.testing.assert_close(logprobs, plain_logprobs, atol=0.02, rtol=0)
