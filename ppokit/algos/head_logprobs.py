@@ -9,8 +9,10 @@ faults and a fifth of an update's wall time (docs/performance.md, "Eighth pass")
 
 - W is cast once per call (every chunk of a micro-batch shares it) into a buffer the caller keeps, and backward uses
   that cast unless another call recast into the buffer meanwhile (then it casts again);
-- the (C, V) logits go into a buffer the caller keeps (`out`), and backward recomputes them into it and overwrites
-  them, block by block, with their own gradient, so no (C, V) float32 tensor ever exists;
+- the (C, V) logits go into a buffer the caller keeps (`out`); backward overwrites them, block by block, with their
+  own gradient, so no (C, V) float32 tensor ever exists. Backward finds the forward's logits still there when no
+  other chunk wrote into the buffer since (a micro-batch of at most `chunk_size` response tokens, the usual case:
+  its forward, then its backward) and recomputes them only when one did: one (C, H) x (H, V) product saved;
 - the vocabulary-wide float32 work runs `block_rows(V)` rows at a time (≤ 4 MB: its eight passes over a block run
   from the CPU's caches, and glibc hands the same memory back; 16 MB blocks took 1.3-1.9x as long, docs/performance.md);
 - the weight's gradient is multiplied out into a kept compute-dtype buffer before its cast to the weight's dtype.
@@ -42,14 +44,14 @@ class _HeadLogprobs(torch.autograd.Function):
     """(log-probs (N,), entropies (N,) or None) of labels (N,) under softmax(hidden @ weightᵀ / t).
 
     hidden: (N, H) in the compute dtype; weight: (V, H) the parameter; cast: `KeptCast` of the weight in the compute
-    dtype; out: a (N, V) compute-dtype buffer for the logits (overwritten, in forward and in backward).
+    dtype; out: `KeptLogits`, a (N, V) compute-dtype buffer for the logits (overwritten, in forward and in backward).
     Gradients flow to hidden and weight (in weight's dtype); the entropy has none.
     """
 
     @staticmethod
     def forward(ctx, hidden, weight, kept, labels, temperature, with_entropy, out):
         cast = kept.tensor
-        logits = torch.mm(hidden, cast.t(), out=out)
+        logits = torch.mm(hidden, cast.t(), out=out.tensor)
         n, vocab = logits.shape
         logp = logits.new_empty(n, dtype=torch.float32)
         lse = logits.new_empty(n, dtype=torch.float32)
@@ -70,13 +72,16 @@ class _HeadLogprobs(torch.autograd.Function):
         hidden, weight, labels, lse = ctx.saved_tensors
         t, kept = ctx.temperature, ctx.kept
         cast = kept.tensor if kept.still_cast() else weight.detach().to(kept.tensor.dtype)
-        logits = torch.mm(hidden, cast.t(), out=ctx.out)  # the forward's logits again
+        logits = ctx.out.tensor
+        if not ctx.out.still_there():  # another chunk's logits were written over them: the forward's again
+            torch.mm(hidden, cast.t(), out=logits)
         step = block_rows(logits.shape[1])
         for s in range(0, logits.shape[0], step):
             block = slice(s, s + step)
             grad_x = picked_minus_logsumexp_grad(scaled_upcast(logits[block], t), lse[block], labels[block],
                                                  grad_logp[block])
             logits[block] = grad_x / t if t != 1.0 else grad_x  # then / t for x = logits / t
+        ctx.out.written_over()
         grad_hidden = torch.mm(logits, cast) if ctx.needs_input_grad[0] else None
         grad_weight = None
         if ctx.needs_input_grad[1]:
@@ -105,7 +110,7 @@ def head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tens
         pieces = []
         for s in range(0, h.shape[0], chunk_size):
             rows = h[s : s + chunk_size]
-            out = logits_buffer(workspace, rows.shape[0], weight.shape[0], rows)
+            out = KeptLogits(workspace, rows.shape[0], weight.shape[0], rows)
             pieces.append(_HeadLogprobs.apply(rows, weight, cast, labels[s : s + chunk_size], temperature, entropy,
                                               out))
     if not pieces:
@@ -136,8 +141,7 @@ class KeptCast:
         if buffer is None or buffer.shape != weight.shape:
             buffer = workspace[key] = torch.empty(weight.shape, dtype=dtype, device=weight.device)
         buffer.copy_(weight.detach())
-        workspace[key + ("stamp",)] = stamp = workspace.get(key + ("stamp",), 0) + 1
-        return cls(buffer, stamp, workspace, key)
+        return cls(buffer, new_stamp(workspace, key), workspace, key)
 
     def still_cast(self) -> bool:
         """Whether the buffer still holds this call's cast."""
@@ -154,13 +158,33 @@ class KeptCast:
         return buffer
 
 
-def logits_buffer(workspace: dict | None, rows: int, vocab: int, like: torch.Tensor) -> torch.Tensor:
-    """A (rows, vocab) tensor of `like`'s dtype and device: a view of the workspace's kept buffer (grown when too
-    small), or a new tensor without a workspace."""
-    if workspace is None:
-        return like.new_empty(rows, vocab)
-    key = (like.dtype, like.device)
-    flat = workspace.get(key)
-    if flat is None or flat.numel() < rows * vocab:
-        flat = workspace[key] = like.new_empty(rows * vocab)
-    return flat[: rows * vocab].view(rows, vocab)
+def new_stamp(workspace: dict, key: tuple) -> int:
+    """Counts the writes into the workspace's buffer `key`; a reader compares its write's count with the latest."""
+    workspace[key + ("stamp",)] = stamp = workspace.get(key + ("stamp",), 0) + 1
+    return stamp
+
+
+class KeptLogits:
+    """A (rows, vocab) logits tensor of `like`'s dtype and device: a view of the workspace's kept buffer (grown when
+    too small), stamped so that backward knows whether a later chunk wrote over it; without a workspace a new tensor
+    (never still there: backward recomputes, as on CUDA, where a (N, V) tensor kept per chunk is device memory)."""
+
+    def __init__(self, workspace: dict | None, rows: int, vocab: int, like: torch.Tensor):
+        self.workspace, self.key, self.stamp = workspace, (like.dtype, like.device), 0
+        if workspace is None:
+            self.tensor = like.new_empty(rows, vocab)
+            return
+        flat = workspace.get(self.key)
+        if flat is None or flat.numel() < rows * vocab:
+            flat = workspace[self.key] = like.new_empty(rows * vocab)
+        self.tensor = flat[: rows * vocab].view(rows, vocab)
+        self.stamp = new_stamp(workspace, self.key)
+
+    def still_there(self) -> bool:
+        """Whether the buffer still holds this chunk's logits (no later chunk wrote into it)."""
+        return self.workspace is not None and self.workspace.get(self.key + ("stamp",)) == self.stamp
+
+    def written_over(self) -> None:
+        """Backward wrote gradients over the logits: nothing may take them for logits any more."""
+        if self.workspace is not None:
+            new_stamp(self.workspace, self.key)

@@ -91,9 +91,50 @@ def test_the_workspace_buffer_is_kept_and_reused_across_calls():
         hidden = torch.randn(n, 8, generator=gen, requires_grad=True)
         logp, _ = head_logprobs(hidden, weight, torch.zeros(n, dtype=torch.long), workspace=workspace)
         logp.sum().backward()
-    (buffer,) = workspace.values()
+    (buffer,) = (v for v in workspace.values() if isinstance(v, torch.Tensor))
     assert buffer.numel() == 20 * 300
     assert math.isfinite(float(weight.grad.sum()))
+
+
+def test_backward_takes_the_forwards_logits_from_the_buffer_unless_another_chunk_wrote_over_them():
+    """A chunk's forward then its backward (a micro-batch's usual order) runs three head products, not four; the
+    gradients equal those of the path that always recomputes (no workspace) bit for bit, also when a second call's
+    forward wrote over the buffer before the first one's backward (which then recomputes)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountedProducts(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.products = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.products += func.overloadpacket is torch.ops.aten.mm
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(6)
+    weight = torch.nn.Parameter(torch.randn(300, 8, generator=gen))
+    hiddens = [torch.randn(20, 8, generator=gen, requires_grad=True) for _ in range(2)]
+    labels = torch.randint(0, 300, (20,), generator=gen)
+
+    def grads(workspace, interleaved):
+        for t in (weight, *hiddens):
+            t.grad = None
+        with CountedProducts() as counted:
+            if interleaved:  # both forwards, then both backwards: the first chunk's logits were written over
+                outs = [head_logprobs(h, weight, labels, 0.8, workspace=workspace)[0] for h in hiddens]
+                for out in reversed(outs):
+                    out.sum().backward()
+            else:
+                for h in hiddens:
+                    head_logprobs(h, weight, labels, 0.8, workspace=workspace)[0].sum().backward()
+        return [t.grad.clone() for t in (weight, *hiddens)], counted.products
+
+    recomputed, products = grads(None, interleaved=False)
+    assert products == 2 * 4  # forward, recompute, input gradient, weight gradient
+    kept, products = grads({}, interleaved=False)
+    assert products == 2 * 3 and all(torch.equal(a, b) for a, b in zip(kept, recomputed))
+    kept, products = grads({}, interleaved=True)
+    assert products == 2 * 3 + 1 and all(torch.equal(a, b) for a, b in zip(kept, recomputed))
 
 
 def test_the_kept_weight_cast_and_gradient_buffer_are_reused_and_a_recast_in_between_is_noticed():
