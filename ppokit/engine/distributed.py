@@ -7,11 +7,14 @@ import logging
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass
 
 import torch
 
 from ppokit.errors import PpokitError
+
+GLOO_SETTLE_S = 0.2  # at exit, time for gloo's threads to take the GIL and drop the work objects they hold
 
 
 @dataclass(frozen=True)
@@ -96,17 +99,23 @@ def exit_launched_process(code: int = 0) -> None:
 
 
 def leave_process_group_at_exit() -> None:
-    """At the exit of a script that ended without `exit_launched_process` (a user's own script or notebook run
-    as a script, a Session never closed): leave the process group ppokit started while the interpreter is whole.
-    Left to interpreter finalization, gloo's threads can still hold work objects whose tensors then get destroyed
-    without the GIL, and a rank that finished its work aborts ("terminate called without an active exception",
-    exit -6: seen in about 1 of 8 two-rank runs). Skipped after an uncaught exception (`sys.last_value` is set):
-    then a peer may still wait in a collective, and the process should end as it would have, not wait in a
-    teardown."""
+    """At the exit of a script that ended without `exit_launched_process` (a user's own script, a notebook run as
+    a script, a Session never closed): leave the process group ppokit started, then let gloo's threads finish.
+    After a collective returns, the gloo thread that ran it still holds its work object and destroys it a moment
+    later, which releases tensors that Python made and so needs the GIL. If the interpreter is finalizing by then,
+    that thread is ended inside C++ and the rank aborts after finishing its work ("terminate called without an
+    active exception", exit -6: about 1 in 8 two-rank runs whose last act was a gather, core dumps show
+    `AsyncAllgatherWork::~AsyncAllgatherWork` in `ProcessGroupGloo::runLoop`). Sleeping here releases the GIL while
+    the interpreter is whole, so a waiting thread takes it and finishes. Skipped after an uncaught exception
+    (`sys.last_value` is set): a peer may still wait in a collective, and the process ends as it would have."""
     import torch.distributed as dist
 
-    if is_distributed() and not hasattr(sys, "last_value"):
-        dist.destroy_process_group()
+    if not is_distributed() or hasattr(sys, "last_value"):
+        return
+    gloo = dist.get_backend() == "gloo"
+    dist.destroy_process_group()
+    if gloo:
+        time.sleep(GLOO_SETTLE_S)
 
 
 def free_port() -> int:
