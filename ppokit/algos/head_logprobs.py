@@ -166,8 +166,9 @@ def new_stamp(workspace: dict, key: tuple) -> int:
 
 class KeptLogits:
     """A (rows, vocab) logits tensor of `like`'s dtype and device: a view of the workspace's kept buffer (grown when
-    too small), stamped so that backward knows whether a later chunk wrote over it; without a workspace a new tensor
-    (never still there: backward recomputes, as on CUDA, where a (N, V) tensor kept per chunk is device memory)."""
+    too small), stamped so that backward knows whether a later chunk wrote over it (on every device: the head's
+    workspace is kept on CUDA too). Without a workspace a new tensor, which backward always recomputes: the
+    reference path the tests compare the kept one with."""
 
     def __init__(self, workspace: dict | None, rows: int, vocab: int, like: torch.Tensor):
         self.workspace, self.key, self.stamp = workspace, (like.dtype, like.device), 0
