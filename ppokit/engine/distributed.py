@@ -112,9 +112,9 @@ def leave_process_group_at_exit() -> None:
 
     if not is_distributed() or hasattr(sys, "last_value"):
         return
-    gloo = dist.get_backend() == "gloo"
+    peers = dist.get_world_size() > 1 and dist.get_backend() == "gloo"
     dist.destroy_process_group()
-    if gloo:
+    if peers:  # a lone process has no peer work in flight at its end; a notebook's exit need not wait
         time.sleep(GLOO_SETTLE_S)
 
 
