@@ -20,6 +20,13 @@ def distinct_chars(prompts, responses, **fields):
     return [float(len(set(r))) for r in responses]
 
 
+def say(line: str) -> None:
+    """Print a whole line in one write: torchrun runs ranks unbuffered (`python -u`), where print() writes the text
+    and its newline separately, so two ranks' lines could interleave on the shared pipe ("rank 0: ...rank 1: ...")."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def update_overrides(model_path: str, data_path: str, out_dir: str, **extra) -> dict:
     """A GRPO step of 4 prompts x 4 responses in 2 mini-batches of micro-batches of 2 (global sizes,
     valid for 1 and 2 ranks). lr 1 with adam_epsilon 1 makes the first AdamW step ~ lr x gradient,

@@ -10,12 +10,13 @@ import sys
 
 import torch
 import torch.distributed as dist
+from dist_helpers import say
 
 from ppokit.engine import init_distributed
 
 
 def report() -> None:
-    print(f"rank {rank}: group left before finalization: {not dist.is_initialized()}", flush=True)
+    say(f"rank {rank}: group left before finalization: {not dist.is_initialized()}")
 
 
 atexit.register(report)  # exit handlers run last-registered first: this one after ppokit's

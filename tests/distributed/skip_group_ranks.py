@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from dist_helpers import distinct_chars  # noqa: E402
+from dist_helpers import distinct_chars, say  # noqa: E402
 
 from ppokit.rewards import NamedReward  # noqa: E402
 from ppokit.training.batch import RolloutBatch  # noqa: E402
@@ -37,8 +37,8 @@ def main():
     out = score(state, batch)
     assert torch.isfinite(out.scores).all()
     dropped = int(out.stats.get("reward/groups_dropped_to_balance_ranks", 0))
-    print(f"rank {rank}: {len(out)} sequences, {len(torch.unique(out.group_ids))} groups, dropped {dropped}, "
-          f"groups {sorted(set(out.group_ids.tolist()))}", flush=True)
+    say(f"rank {rank}: {len(out)} sequences, {len(torch.unique(out.group_ids))} groups, dropped {dropped}, "
+        f"groups {sorted(set(out.group_ids.tolist()))}")
     dist.barrier()
     dist.destroy_process_group()
 

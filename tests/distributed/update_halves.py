@@ -79,7 +79,7 @@ def main(spec_path: str) -> None:
         result["step_metrics"] = session.step()  # rollout with the updated weights, score, update, log
     session.close()
     torch.save(result, out_dir / f"rank{rank}.pt")
-    print(f"rank {rank} of {world}: updated on {len(half)} sequences", flush=True)
+    dist_helpers.say(f"rank {rank} of {world}: updated on {len(half)} sequences")
     torch.distributed.barrier()
 
 
