@@ -84,3 +84,40 @@ def test_a_port_taken_between_pick_and_bind_is_picked_again_but_a_launchers_port
     with pytest.raises(RuntimeError, match="EADDRINUSE"):
         init_with_own_port(init)
     assert len(calls) == 1
+
+
+class FakeDist:
+    """torch.distributed as the exit handler sees it: a live group of `world` ranks on `backend`."""
+
+    def __init__(self, world: int, backend: str):
+        self.world, self.backend, self.destroyed = world, backend, False
+
+    def get_world_size(self):
+        return self.world
+
+    def get_backend(self):
+        return self.backend
+
+    def destroy_process_group(self):
+        self.destroyed = True
+
+
+@pytest.mark.parametrize("world, backend, waits", [(2, "gloo", True), (2, "nccl", False), (1, "gloo", False)])
+def test_exit_handler_leaves_the_group_and_waits_only_for_gloo_peers(monkeypatch, world, backend, waits):
+    """CUDA's side (nccl) emulated: the group is left at exit on every backend; only gloo ranks with peers wait for
+    the worker threads that still hold collective work (the abort this handler prevents is gloo's)."""
+    import torch.distributed
+
+    fake, slept = FakeDist(world, backend), []
+    monkeypatch.setattr(distributed, "is_distributed", lambda: True)
+    for name in ("get_world_size", "get_backend", "destroy_process_group"):
+        monkeypatch.setattr(torch.distributed, name, getattr(fake, name))
+    monkeypatch.setattr(distributed.time, "sleep", slept.append)
+    monkeypatch.delattr(distributed.sys, "last_value", raising=False)
+    distributed.leave_process_group_at_exit()
+    assert fake.destroyed and slept == ([distributed.GLOO_SETTLE_S] if waits else [])
+
+    fake.destroyed = False  # after an uncaught exception a peer may wait in a collective: nothing is torn down
+    monkeypatch.setattr(distributed.sys, "last_value", RuntimeError("uncaught"), raising=False)
+    distributed.leave_process_group_at_exit()
+    assert not fake.destroyed
